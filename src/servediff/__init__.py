@@ -1,0 +1,3 @@
+"""servediff: reproducibility and flag-cost audits for LLM serving stacks."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Analysis: pure functions from evidence to numbers. No engine, no I/O but reading."""

@@ -1,0 +1,87 @@
+"""Comparing two per-text score sets: which texts moved, by how much.
+
+Used for every pair the drift analysis looks at (two loads, a repeat and
+its score, two arms) and by `servediff compare` on score files from
+anywhere. Two texts are comparable only when the same ids were scored; a
+tag scored with different ids is counted apart, never compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TextScore:
+    sum_nll: float
+    token_ids: Sequence[int] | None = None
+    token_logprobs: Sequence[float] | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    compared: int
+    moved: int
+    moved_tags: list[str]
+    max_abs_delta: float
+    max_tag: str | None
+    mean_delta: float
+    bit_identical: bool
+    ids_differ: list[str] = field(default_factory=list)
+    only_a: list[str] = field(default_factory=list)
+    only_b: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "compared": self.compared,
+            "moved": self.moved,
+            "moved_tags": self.moved_tags,
+            "max_abs_delta": self.max_abs_delta,
+            "max_tag": self.max_tag,
+            "mean_delta": self.mean_delta,
+            "bit_identical": self.bit_identical,
+            "ids_differ": self.ids_differ,
+            "only_a": self.only_a,
+            "only_b": self.only_b,
+        }
+
+
+def moved(delta: float, threshold: float) -> bool:
+    """A text moved when |delta| exceeds the threshold; threshold 0 means any difference."""
+    return delta != 0.0 if threshold == 0 else abs(delta) > threshold
+
+
+def compare(a: Mapping[str, TextScore], b: Mapping[str, TextScore],
+            threshold: float = 0.0) -> Comparison:
+    """b minus a, per tag, over the tags both hold with the same ids."""
+    common = [tag for tag in a if tag in b]
+    ids_differ = [
+        tag for tag in common
+        if a[tag].token_ids is not None and b[tag].token_ids is not None
+        and list(a[tag].token_ids or []) != list(b[tag].token_ids or [])
+    ]
+    tags = [tag for tag in common if tag not in set(ids_differ)]
+    deltas = {tag: b[tag].sum_nll - a[tag].sum_nll for tag in tags}
+    moved_tags = [tag for tag, d in deltas.items() if moved(d, threshold)]
+    max_tag = max(deltas, key=lambda t: abs(deltas[t]), default=None)
+    max_abs = abs(deltas[max_tag]) if max_tag is not None else 0.0
+    identical = all(
+        deltas[t] == 0.0
+        and (a[t].token_logprobs is None or b[t].token_logprobs is None
+             or list(a[t].token_logprobs or []) == list(b[t].token_logprobs or []))
+        for t in tags
+    )
+    return Comparison(
+        compared=len(tags),
+        moved=len(moved_tags),
+        moved_tags=moved_tags,
+        max_abs_delta=max_abs,
+        max_tag=max_tag if max_abs > 0 else None,
+        mean_delta=sum(deltas.values()) / len(deltas) if deltas else 0.0,
+        bit_identical=identical and bool(tags),
+        ids_differ=ids_differ,
+        only_a=sorted(set(a) - set(b)),
+        only_b=sorted(set(b) - set(a)),
+    )

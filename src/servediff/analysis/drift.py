@@ -1,0 +1,216 @@
+"""Drift analysis: across loads, within a load, between arms, and the named signature.
+
+Everything here is a pure function of parsed evidence, so `servediff
+rederive` on any machine gets the same numbers the run printed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from itertools import combinations
+from typing import Any
+
+from servediff.analysis.compare import Comparison, TextScore, compare
+from servediff.bundle import Evidence
+from servediff.evidence import Cell
+
+SUMMARY_SCHEMA_VERSION = 1
+
+# Probes servediff defines but this plan did not run; the report lists them.
+UNTESTED_PROBES = {
+    "concurrency": "identical requests at concurrency >= 2 (batch-composition drift)",
+    "generate": "greedy generation hashed across repeats, loads and arms",
+    "speed": "decode tok/s, TTFT, prefill tok/s with noise bands",
+    "sweep": "prompt lengths up to the context length, survival per length",
+    "prefix": "prefix-cache reuse of a long shared system prompt",
+    "capacity": "KV pool size and max concurrency",
+}
+
+SIGNATURES = {
+    "bit-identical": "every per-token logprob identical across every load and repeat",
+    "stable within threshold": "differences exist but none exceeds the plan's threshold",
+    "across-load only": "stable within each load; moves between cold loads "
+                        "(per-load kernel or autotune choice)",
+    "within-load": "moves between repeats inside one load (batch composition, order, "
+                   "non-deterministic kernels)",
+    "not measured": "only one load and no repeat: nothing to compare",
+}
+
+
+def scores_of(cell: Cell) -> dict[str, TextScore]:
+    return {
+        r.tag: TextScore(r.sum_nll, r.token_ids, r.token_logprobs)
+        for r in cell.records
+        if r.status == "ok" and r.sum_nll is not None
+    }
+
+
+def perplexity(cell: Cell) -> float | None:
+    ok = [r for r in cell.records if r.status == "ok" and r.sum_nll is not None]
+    tokens = sum(r.n_scored for r in ok)
+    if not tokens:
+        return None
+    return math.exp(math.fsum(r.sum_nll or 0.0 for r in ok) / tokens)
+
+
+def _load_row(cell: Cell) -> dict[str, Any]:
+    ok = [r for r in cell.records if r.status == "ok"]
+    return {
+        "load": cell.load,
+        "launch": cell.launch,
+        "texts": len(cell.records),
+        "ok": len(ok),
+        "invalid": sum(r.status == "invalid" for r in cell.records),
+        "errors": sum(r.status == "error" for r in cell.records),
+        "tokens_scored": sum(r.n_scored for r in ok),
+        "sum_nll": math.fsum(r.sum_nll or 0.0 for r in ok),
+        "perplexity": perplexity(cell),
+    }
+
+
+def signature(across: list[Comparison], within: list[Comparison]) -> str:
+    if not across and not within:
+        return "not measured"
+    if any(c.moved for c in within):
+        return "within-load"
+    if any(c.moved for c in across):
+        return "across-load only"
+    if all(c.bit_identical for c in [*across, *within]):
+        return "bit-identical"
+    return "stable within threshold"
+
+
+def _pair(label: dict[str, Any], comp: Comparison) -> dict[str, Any]:
+    return {**label, **comp.as_dict()}
+
+
+def analyse_arm(cells: list[Cell], threshold: float) -> dict[str, Any]:
+    score_cells = sorted((c for c in cells if c.probe == "score"), key=lambda c: c.load)
+    repeats = [c for c in cells if c.probe == "repeat"]
+    across = [
+        (a, b, compare(scores_of(a), scores_of(b), threshold))
+        for a, b in combinations(score_cells, 2)
+    ]
+    within = []
+    skipped = []
+    for rep in sorted(repeats, key=lambda c: (c.load, c.repeat)):
+        base = next((c for c in score_cells if c.load == rep.load), None)
+        if base is None:
+            continue
+        if base.launch != rep.launch:
+            # Measured by two different processes after a resumed load:
+            # comparing them would call across-launch drift within-load.
+            skipped.append({"load": rep.load, "repeat": rep.repeat,
+                            "reason": "score and repeat come from different launches"})
+            continue
+        within.append((base, rep, compare(scores_of(base), scores_of(rep), threshold)))
+    sig = signature([c for *_, c in across], [c for *_, c in within])
+    return {
+        "loads": [_load_row(c) for c in score_cells],
+        "across_load": [_pair({"load_a": a.load, "load_b": b.load}, c) for a, b, c in across],
+        "within_load": [
+            _pair({"load": a.load, "repeat": b.repeat}, c) for a, b, c in within
+        ],
+        "within_load_skipped": skipped,
+        "signature": sig,
+        "signature_meaning": SIGNATURES[sig],
+        "invalid_rows": sum(r.status == "invalid" for c in cells for r in c.records),
+        "error_rows": sum(r.status == "error" for c in cells for r in c.records),
+    }
+
+
+def arm_shifts(by_arm: Mapping[str, list[Cell]], threshold: float) -> list[dict[str, Any]]:
+    """Each pair of arms compared on their first measured load's score cell."""
+    firsts = {}
+    for arm, cells in by_arm.items():
+        scored = sorted((c for c in cells if c.probe == "score"), key=lambda c: c.load)
+        if scored:
+            firsts[arm] = scored[0]
+    out = []
+    for a, b in combinations(firsts, 2):
+        comp = compare(scores_of(firsts[a]), scores_of(firsts[b]), threshold)
+        out.append(_pair({"arm_a": a, "arm_b": b, "load_a": firsts[a].load,
+                          "load_b": firsts[b].load}, comp))
+    return out
+
+
+def summarize(evidence: Evidence) -> dict[str, Any]:
+    plan = evidence.lock["plan"]
+    threshold = float(plan["thresholds"]["moved_abs_nll"])
+    arms = list(plan["arms"])
+    by_arm: dict[str, list[Cell]] = {arm: [] for arm in arms}
+    for cell in evidence.cells:
+        by_arm.setdefault(cell.arm, []).append(cell)
+    per_arm = {arm: analyse_arm(by_arm[arm], threshold) for arm in arms}
+    expected_loads = plan["loads_per_arm"]
+    gaps = []
+    for arm in arms:
+        got = len(per_arm[arm]["loads"])
+        if got < expected_loads:
+            gaps.append(f"{arm}: {got} of {expected_loads} planned loads have a score cell")
+    if expected_loads < 2:
+        gaps.append("across-load drift: one load per arm, so cold reloads were not compared")
+    if plan["probes"]["repeat"]["count"] == 0:
+        gaps.append("within-load drift: no repeat probe was run")
+    failed_launches = [
+        {"arm": rec.arm, "load": rec.load, "attempt": launch.attempt, "error": launch.error,
+         "died_before_stop": bool(launch.stop and launch.stop.died_before_stop)}
+        for rec in evidence.loads for launch in rec.launches
+        if launch.error or (launch.stop and launch.stop.died_before_stop)
+    ]
+    return {
+        "schema_version": SUMMARY_SCHEMA_VERSION,
+        "plan_sha256": evidence.lock["sha256"],
+        "engine": plan["engine"],
+        "model": plan["model"],
+        "threshold_abs_nll": threshold,
+        "arms": per_arm,
+        "arm_shifts": arm_shifts(by_arm, threshold),
+        "failed_launches": failed_launches,
+        "cells": len(evidence.cells),
+        "invalid_rows": sum(a["invalid_rows"] for a in per_arm.values()),
+        "error_rows": sum(a["error_rows"] for a in per_arm.values()),
+        "setup": setup(evidence),
+        "untested": {**UNTESTED_PROBES},
+        "gaps": gaps,
+    }
+
+
+def setup(evidence: Evidence) -> dict[str, Any]:
+    """What was served and on what, as the evidence recorded it (for the report)."""
+    plan = evidence.lock["plan"]
+    launches = [(rec.arm, launch) for rec in evidence.loads for launch in rec.launches]
+    arms = {}
+    for arm, spec in plan["arms"].items():
+        mine = [launch for a, launch in launches if a == arm]
+        ready = [launch.seconds_to_ready for launch in mine if launch.seconds_to_ready is not None]
+        arms[arm] = {
+            "args": spec["args"],
+            "env": spec["env"],
+            "options": mine[0].options if mine else spec["options"],
+            "command": mine[0].command if mine else None,
+            "launches": len(mine),
+            "seconds_to_ready": ready,
+        }
+    versions = sorted({
+        f"{k}={v}" for _, launch in launches
+        for k, v in (launch.engine.get("version") or {}).items() if v is not None
+    })
+    weights = sorted({f"{k}={v}" for _, launch in launches for k, v in launch.weights_sha256.items()})
+    conditions = [c.conditions for c in evidence.cells]
+    return {
+        "corpus": {"name": evidence.lock["corpus"]["name"],
+                   "texts": len(evidence.lock["corpus"]["texts"])},
+        "prefix": plan["scoring"]["prefix"],
+        "loads_per_arm": plan["loads_per_arm"],
+        "repeats": plan["probes"]["repeat"]["count"],
+        "arms": arms,
+        "engine_versions": versions,
+        "weights_sha256": weights,
+        "devices": sorted({str(launch.engine.get("device_name") or launch.engine.get("device"))
+                           for _, launch in launches if launch.engine}),
+        "cpu": sorted({c.cpu_model for c in conditions}),
+        "gpus": sorted({g["name"] for c in conditions for g in c.gpus}),
+        "python": sorted({c.python for c in conditions}),
+    }

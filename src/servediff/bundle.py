@@ -1,0 +1,135 @@
+"""The run directory (evidence bundle): where each file lives, reading it back, hashes.
+
+    runs/<run-id>/
+      plan.lock.json                 canonical plan + corpus + sha256
+      loads/<arm>-load<N>.json       launch and stop records
+      cells/<arm>-load<N>-<probe>[-r<k>].json
+      logs/<arm>-load<N>.log         engine stdout/stderr
+      summary.json                   derived (analysis)
+      report.md                      derived (report)
+      manifest.json                  sha256 of every file above
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from servediff import atomic
+from servediff.errors import BundleError, IntegrityError, SchemaVersionError
+from servediff.evidence import SCHEMA_VERSION, Cell, LoadRecord
+
+MANIFEST_SCHEMA_VERSION = 1
+_T = TypeVar("_T", Cell, LoadRecord)
+
+
+def read_versioned(path: Path, expected: int) -> dict[str, Any]:
+    """Read a JSON file written by servediff, checking its schema_version."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BundleError(f"{path}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise SchemaVersionError(f"{path}: no schema_version; not a servediff file")
+    if data["schema_version"] != expected:
+        raise SchemaVersionError(
+            f"{path}: schema_version {data['schema_version']!r}; this servediff reads "
+            f"version {expected}"
+        )
+    return data
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    def cell(self, name: str) -> Path:
+        return self.root / "cells" / f"{name}.json"
+
+    def load(self, name: str) -> Path:
+        return self.root / "loads" / f"{name}.json"
+
+    def log(self, name: str) -> Path:
+        return self.root / "logs" / f"{name}.log"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the measuring stage wrote, parsed; the input of analysis."""
+
+    lock: dict[str, Any]
+    loads: tuple[LoadRecord, ...]
+    cells: tuple[Cell, ...]
+
+
+def read_evidence(root: Path) -> Evidence:
+    if not (root / "plan.lock.json").exists():
+        raise BundleError(f"{root}: not a servediff run directory (no plan.lock.json)")
+    from servediff.plan import LOCK_SCHEMA_VERSION
+
+    lock = read_versioned(root / "plan.lock.json", LOCK_SCHEMA_VERSION)
+    loads = tuple(_parse(p, LoadRecord) for p in sorted((root / "loads").glob("*.json")))
+    cells = tuple(_parse(p, Cell) for p in sorted((root / "cells").glob("*.json")))
+    return Evidence(lock=lock, loads=loads, cells=cells)
+
+
+def _parse(path: Path, model: type[_T]) -> _T:
+    data = read_versioned(path, SCHEMA_VERSION)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise BundleError(f"{path}: does not match the {model.__name__} schema: {exc}") from None
+
+
+def _hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _bundle_files(root: Path) -> list[Path]:
+    return sorted(
+        p for p in root.rglob("*")
+        if p.is_file() and p.name != "manifest.json" and not p.name.startswith(".")
+    )
+
+
+def write_manifest(root: Path) -> None:
+    files = {str(p.relative_to(root)): _hash(p) for p in _bundle_files(root)}
+    atomic.write_json(Layout(root).manifest,
+                      {"schema_version": MANIFEST_SCHEMA_VERSION, "files": files})
+
+
+def verify(root: Path) -> int:
+    """Check every file against the manifest; raise naming each mismatch."""
+    manifest = read_versioned(Layout(root).manifest, MANIFEST_SCHEMA_VERSION)
+    recorded: dict[str, str] = manifest["files"]
+    present = {str(p.relative_to(root)): p for p in _bundle_files(root)}
+    problems = []
+    for name, digest in sorted(recorded.items()):
+        if name not in present:
+            problems.append(f"{name}: missing")
+        elif _hash(present[name]) != digest:
+            problems.append(f"{name}: sha256 does not match the manifest")
+    problems += [f"{name}: not in the manifest" for name in sorted(set(present) - set(recorded))]
+    if problems:
+        raise IntegrityError(f"{root}: {len(problems)} file(s) fail verification:\n  "
+                             + "\n  ".join(problems))
+    return len(recorded)

@@ -1,0 +1,36 @@
+"""`servediff compare A B`: two per-text score files from anywhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from servediff.analysis.compare import compare as compare_scores
+from servediff.cli.console import out
+from servediff.scorefile import read_scores
+
+
+@click.command()
+@click.argument("a", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("b", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="print the comparison as JSON")
+@click.option("--threshold", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="a text moved when |B - A| exceeds this (0: any difference)")
+def compare(a: Path, b: Path, as_json: bool, threshold: float) -> None:
+    """Texts compared, moved, max |delta| and its tag, tags in only one file."""
+    result = compare_scores(read_scores(a), read_scores(b), threshold)
+    if as_json:
+        out.print(json.dumps(result.as_dict(), indent=1), markup=False, highlight=False,
+                  soft_wrap=True)
+        return
+    out.print(f"compared {result.compared} texts: {result.moved} moved "
+              f"(|dNLL| > {threshold:g}); max |dNLL| {result.max_abs_delta:.6g}"
+              + (f" on {result.max_tag}" if result.max_tag else ""), markup=False)
+    if result.ids_differ:
+        out.print(f"scored with different token ids, not compared: {', '.join(result.ids_differ)}",
+                  markup=False)
+    for name, tags in (("only in A", result.only_a), ("only in B", result.only_b)):
+        if tags:
+            out.print(f"{name} ({len(tags)}): {', '.join(tags)}", markup=False)

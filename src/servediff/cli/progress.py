@@ -1,0 +1,49 @@
+"""Showing a run's progress on the terminal: the runner's Observer, drawn with rich."""
+
+from __future__ import annotations
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from servediff.cli.console import err
+
+
+class RichObserver:
+    def __init__(self) -> None:
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=err, transient=False,
+        )
+        self._task: int | None = None
+        self._loading: int | None = None
+
+    def __enter__(self) -> RichObserver:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def note(self, message: str) -> None:
+        self.progress.console.print(f"[dim]{message}[/dim]", markup=True, highlight=False)
+
+    def load_starting(self, arm: str, load: int, attempt: int) -> None:
+        again = f" (attempt {attempt})" if attempt > 1 else ""
+        self._loading = self.progress.add_task(f"{arm} load {load}: cold start{again}", total=None)
+
+    def load_ready(self, arm: str, load: int, seconds: float) -> None:
+        if self._loading is not None:
+            self.progress.update(self._loading, total=1, completed=1,
+                                 description=f"{arm} load {load}: ready in {seconds:.1f}s")
+            self._loading = None
+
+    def cell_starting(self, name: str, total: int) -> None:
+        self._task = self.progress.add_task(f"  {name}", total=total)
+
+    def cell_advanced(self, done: int) -> None:
+        if self._task is not None:
+            self.progress.update(self._task, completed=done)
+
+    def cell_finished(self, name: str, seconds: float) -> None:
+        if self._task is not None:
+            self.progress.update(self._task, description=f"  {name} ({seconds:.1f}s)")
+            self._task = None

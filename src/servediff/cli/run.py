@@ -1,0 +1,63 @@
+"""`servediff run PLAN` and `servediff demo`: measure, then analyse and report."""
+
+from __future__ import annotations
+
+import time
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from servediff.cli.console import err, out
+from servediff.cli.progress import RichObserver
+from servediff.derived import write_derived
+from servediff.plan import load_plan_file, resolve_plan
+from servediff.report.table import drift_table
+from servediff.runner import Runner
+
+
+def _default_out(name: str) -> Path:
+    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def execute(plan_source: Path | None, out_dir: Path | None) -> None:
+    if plan_source is None:
+        import tomllib
+
+        text = resources.files("servediff.plans").joinpath("demo.toml").read_text()
+        plan, corpus = resolve_plan(tomllib.loads(text), "demo.toml", Path.cwd())
+        base = Path.cwd()
+    else:
+        plan, corpus = load_plan_file(plan_source)
+        base = plan_source.parent
+    root = out_dir or _default_out(plan.name)
+    err.print(f"run directory: {root}  (run the same command with --out {root} to resume)")
+    t0 = time.monotonic()
+    try:
+        with RichObserver() as observer:
+            Runner(plan, corpus, root, base, observer).run()
+    except KeyboardInterrupt:
+        err.print(f"interrupted: finished cells are kept in {root}; "
+                  f"run the same command with --out {root} to resume")
+        raise SystemExit(130) from None
+    summary = write_derived(root)
+    out.print(drift_table(summary))
+    out.print(f"wall time {time.monotonic() - t0:.1f}s; report: {root / 'report.md'}")
+    out.print(f"re-derive every number with: servediff rederive {root}")
+
+
+@click.command()
+@click.argument("plan", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="run directory (default runs/<plan name>-<time>); an existing one resumes")
+def run(plan: Path, out_dir: Path | None) -> None:
+    """Run PLAN (TOML): cold loads per arm, raw evidence, summary and report."""
+    execute(plan, out_dir)
+
+
+@click.command()
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="run directory (default runs/demo-<time>); an existing one resumes")
+def demo(out_dir: Path | None) -> None:
+    """Reload-drift audit of SmolLM2-135M on this machine with the embedded engine."""
+    execute(None, out_dir)

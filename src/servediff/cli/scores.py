@@ -1,0 +1,34 @@
+"""`servediff scores RUN`: the per-text score rows of a run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from servediff.analysis.rows import score_rows
+from servediff.bundle import read_evidence
+from servediff.cli.console import out
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option("--json", "as_json", is_flag=True, help="one JSON row per line (JSONL)")
+@click.option("--arm", help="only this arm")
+@click.option("--load", type=int, help="only this load number")
+@click.option("--probe", type=click.Choice(["score", "repeat"]), help="only this probe")
+def scores(run_dir: Path, as_json: bool, arm: str | None, load: int | None,
+           probe: str | None) -> None:
+    """List arm, load, repeat, tag, token ids, sum NLL and token count per text."""
+    rows = score_rows(read_evidence(run_dir), arm, load, probe)
+    if as_json:
+        for row in rows:
+            out.print(json.dumps(row), markup=False, highlight=False, soft_wrap=True)
+        return
+    table = Table("arm", "load", "probe", "repeat", "tag", "n_tokens", "sum_nll", "status")
+    for row in rows:
+        table.add_row(row["arm"], str(row["load"]), row["probe"], str(row["repeat"]), row["tag"],
+                      str(row["n_tokens"]), repr(row["sum_nll"]), row["status"])
+    out.print(table)

@@ -1,0 +1,1 @@
+"""Engine adapters: how servediff launches, asks and stops each serving stack."""

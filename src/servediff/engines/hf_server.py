@@ -1,0 +1,232 @@
+"""The embedded engine: one HF transformers model behind an OpenAI-style HTTP API.
+
+servediff starts this module as its own process (`python -m
+servediff.engines.hf_server`), bound to 127.0.0.1, so every load is a real
+cold start. It speaks the subset of vLLM's API that scoring needs:
+`/v1/completions` with `prompt_logprobs` (entry 0 is null, the rest hold the
+logprob of the prompt token itself plus its rank), `/tokenize`, `/health`,
+`/version`. A request whose `prompt` is a list of id lists is computed as one
+right-padded batch: that is how a plan measures batch-composition numerics.
+
+torch and transformers are imported only here, never by the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+
+class Engine:
+    """The loaded model; `score` holds a lock, one forward pass at a time."""
+
+    def __init__(self, model_dir: Path, device: str, dtype: str, attn: str, threads: int) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if threads > 0:
+            torch.set_num_threads(threads)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.torch = torch
+        self.device = device
+        self.dtype = dtype
+        self.attn = attn
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=getattr(torch, dtype), attn_implementation=attn
+        ).to(device)
+        self.model.eval()
+        self.max_len = int(getattr(self.model.config, "max_position_embeddings", 2048))
+        self.name = model_dir.name
+        self.lock = threading.Lock()
+
+    def info(self) -> dict[str, Any]:
+        torch = self.torch
+        return {
+            "engine": "servediff-transformers",
+            "model": self.name,
+            "device": self.device,
+            "device_name": torch.cuda.get_device_name(0) if self.device == "cuda" else
+            platform.processor() or platform.machine(),
+            "dtype": self.dtype,
+            "attn_implementation": self.attn,
+            "threads": torch.get_num_threads(),
+            "max_model_len": self.max_len,
+            "bos_token_id": self.tokenizer.bos_token_id,
+            "versions": {
+                "torch": torch.__version__,
+                "transformers": metadata.version("transformers"),
+                "python": platform.python_version(),
+                "cuda": torch.version.cuda,
+            },
+        }
+
+    def score(self, batch: list[list[int]]) -> tuple[list[list[tuple[float, int]]], list[int]]:
+        """One padded forward pass over the batch.
+
+        Per prompt: (logprob, rank) of tokens 2..N given their prefix, and the
+        greedy next token after the whole prompt (from the same logits, so
+        `max_tokens: 1` costs no second pass).
+        """
+        torch = self.torch
+        width = max(len(ids) for ids in batch)
+        input_ids = torch.zeros((len(batch), width), dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, ids in enumerate(batch):
+            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            mask[row, : len(ids)] = 1
+        with self.lock, torch.inference_mode():
+            logits = self.model(
+                input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device)
+            ).logits
+            out: list[list[tuple[float, int]]] = []
+            nexts: list[int] = []
+            for row, ids in enumerate(batch):
+                n = len(ids)
+                nexts.append(int(logits[row, n - 1].argmax()))
+                if n < 2:
+                    out.append([])
+                    continue
+                lp = torch.log_softmax(logits[row, : n - 1].float(), dim=-1)
+                target = input_ids[row, 1:n].to(self.device)
+                chosen = lp.gather(1, target[:, None])
+                ranks = (lp > chosen).sum(dim=1) + 1
+                out.append(list(zip(chosen[:, 0].tolist(), ranks.tolist(), strict=True)))
+        return out, nexts
+
+
+class Handler(BaseHTTPRequestHandler):
+    engine: Engine
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+        sys.stderr.write(f"{time.strftime('%H:%M:%S')} {self.command} {self.path} {args[1:]}\n")
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str) -> None:
+        self._send(status, {"error": {"message": message, "code": status}})
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        if self.path == "/health":
+            self._send(200, {"status": "ok"})
+        elif self.path == "/version":
+            self._send(200, self.engine.info())
+        else:
+            self._error(404, f"no route {self.path}")
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except (ValueError, json.JSONDecodeError) as exc:
+            self._error(400, f"invalid JSON body: {exc}")
+            return
+        try:
+            if self.path == "/tokenize":
+                self._send(200, self._tokenize(body))
+            elif self.path == "/v1/completions":
+                self._send(200, self._completions(body))
+            else:
+                self._error(404, f"no route {self.path}")
+        except ValueError as exc:
+            self._error(400, str(exc))
+
+    def _tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise ValueError("'prompt' must be a string")
+        ids = self.engine.tokenizer.encode(
+            prompt, add_special_tokens=bool(body.get("add_special_tokens", False))
+        )
+        return {"tokens": ids, "count": len(ids), "max_model_len": self.engine.max_len}
+
+    def _completions(self, body: dict[str, Any]) -> dict[str, Any]:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt):
+            prompts: list[list[int]] = [prompt]
+        elif (
+            isinstance(prompt, list)
+            and prompt
+            and all(isinstance(p, list) and p and all(isinstance(i, int) for i in p) for p in prompt)
+        ):
+            prompts = prompt
+        else:
+            raise ValueError("'prompt' must be a list of token ids or a list of such lists")
+        too_long = [len(p) for p in prompts if len(p) > self.engine.max_len]
+        if too_long:
+            raise ValueError(
+                f"prompt of {too_long[0]} tokens exceeds max_model_len {self.engine.max_len}"
+            )
+        max_tokens = int(body.get("max_tokens", 1))
+        if max_tokens not in (0, 1):
+            raise ValueError("this engine serves max_tokens 0 or 1 only")
+        want_logprobs = body.get("prompt_logprobs") is not None or bool(body.get("echo"))
+        scored, nexts = self.engine.score(prompts)
+        choices = []
+        for index, (ids, rows) in enumerate(zip(prompts, scored, strict=True)):
+            choice: dict[str, Any] = {"index": index, "text": "", "finish_reason": "length"}
+            if want_logprobs:
+                entries: list[dict[str, Any] | None] = [None]
+                for tok, (lp, rank) in zip(ids[1:], rows, strict=True):
+                    entries.append({str(tok): {"logprob": lp, "rank": rank}})
+                choice["prompt_logprobs"] = entries
+            if max_tokens == 1:
+                choice["text"] = self.engine.tokenizer.decode([nexts[index]])
+            choices.append(choice)
+        n_prompt = sum(len(p) for p in prompts)
+        return {
+            "object": "text_completion",
+            "model": self.engine.name,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": n_prompt,
+                "prompt_tokens_per_prompt": [len(p) for p in prompts],
+                "completion_tokens": max_tokens * len(prompts),
+                "total_tokens": n_prompt + max_tokens * len(prompts),
+            },
+        }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="servediff-hf-server")
+    parser.add_argument("--model", required=True, type=Path)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--attn-implementation", default="sdpa")
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        parser.error("the embedded engine binds to the loopback interface only")
+    started = time.monotonic()
+    Handler.engine = Engine(args.model, args.device, args.dtype, args.attn_implementation,
+                            args.threads)
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    sys.stderr.write(
+        f"servediff-hf-server ready on {args.host}:{args.port} after "
+        f"{time.monotonic() - started:.1f}s ({Handler.engine.device}, {args.dtype}, "
+        f"{args.attn_implementation})\n"
+    )
+    sys.stderr.flush()
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

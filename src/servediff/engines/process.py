@@ -1,0 +1,127 @@
+"""One engine process: start it in its own process group, watch it, stop it for sure.
+
+Stopping is part of measuring: TERM to the whole group, KILL after a grace
+period, then the port must refuse connections. A process that exited before
+it was asked to is recorded as such (a crash is a measurement).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+LOG_TAIL_BYTES = 4000
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def _die_with_parent() -> None:
+    # If servediff itself is killed (-9), the engine must not outlive it and
+    # hold the port or the GPU; PR_SET_PDEATHSIG = 1.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class StopRecord:
+    died_before_stop: bool
+    returncode: int | None
+    signal: str | None
+    needed_kill: bool
+    stop_seconds: float
+    port_closed: bool
+    log_tail: str
+
+
+def tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - limit))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+class EngineProcess:
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path,
+                 host: str, port: int) -> None:
+        self.argv = argv
+        self.host = host
+        self.port = port
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log: IO[bytes] = log_path.open("ab")
+        self.started_at = time.time()
+        self._t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            argv,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def seconds_since_start(self) -> float:
+        return time.monotonic() - self._t0
+
+    def stop(self, grace_s: float) -> StopRecord:
+        t0 = time.monotonic()
+        died_before = self.proc.poll() is not None
+        needed_kill = False
+        if not died_before:
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                needed_kill = True
+                self._signal_group(signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        # Workers the engine forked may still hold the group; make sure they go.
+        self._signal_group(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while port_open(self.host, self.port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self._log.close()
+        rc = self.proc.returncode
+        return StopRecord(
+            died_before_stop=died_before,
+            returncode=rc,
+            signal=signal.Signals(-rc).name if rc is not None and rc < 0 else None,
+            needed_kill=needed_kill,
+            stop_seconds=round(time.monotonic() - t0, 3),
+            port_closed=not port_open(self.host, self.port),
+            log_tail=tail(self.log_path),
+        )
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)

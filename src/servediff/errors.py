@@ -1,0 +1,73 @@
+"""The exceptions servediff raises on purpose, and the exit code each maps to.
+
+    ServediffError                 exit 1 unless a subclass says otherwise
+    ├── InputError                 exit 2: the user's input is wrong
+    │   ├── PlanError              plan TOML: syntax, unknown key, wrong type
+    │   ├── CorpusError            corpus file missing, empty, bad row, duplicate tag
+    │   ├── ScoreFileError         a `compare` input with no usable rows
+    │   └── OutputDirError         output folder cannot be written
+    ├── BundleError                exit 2: a run directory cannot be used
+    │   ├── SchemaVersionError     a file written by an unknown schema version
+    │   └── PlanMismatchError      a run directory locked under another plan
+    ├── IntegrityError             exit 1: `verify` found files that changed
+    └── EngineError                an engine failed; the runner records these
+        ├── EngineStartError       never became ready
+        └── EngineRequestError     a request failed or its response was unusable
+
+The CLI turns each into one line on stderr and its exit code; nothing below the
+CLI prints or exits.
+"""
+
+from __future__ import annotations
+
+
+class ServediffError(Exception):
+    exit_code = 1
+
+
+class InputError(ServediffError):
+    exit_code = 2
+
+
+class PlanError(InputError):
+    pass
+
+
+class CorpusError(InputError):
+    pass
+
+
+class ScoreFileError(InputError):
+    pass
+
+
+class OutputDirError(InputError):
+    pass
+
+
+class BundleError(ServediffError):
+    exit_code = 2
+
+
+class SchemaVersionError(BundleError):
+    pass
+
+
+class PlanMismatchError(BundleError):
+    pass
+
+
+class IntegrityError(ServediffError):
+    exit_code = 1
+
+
+class EngineError(ServediffError):
+    pass
+
+
+class EngineStartError(EngineError):
+    pass
+
+
+class EngineRequestError(EngineError):
+    pass

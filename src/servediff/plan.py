@@ -1,0 +1,213 @@
+"""The plan: the pre-registered experiment, validated strictly and locked.
+
+A plan is TOML. Unknown keys are errors, every error names the file and the
+field. `lock_plan` writes `plan.lock.json` (canonical plan, resolved corpus,
+sha256) before the first measurement; a run directory that holds a lock for
+a different plan is refused with the difference shown.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from servediff import atomic
+from servediff.corpus import Corpus, load_corpus
+from servediff.bundle import read_versioned
+from servediff.errors import PlanError, PlanMismatchError
+from servediff.validation import describe
+
+LOCK_SCHEMA_VERSION = 1
+ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]{0,39}$")
+BUILTIN_MODELS = ("smollm2",)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ArmSpec(Strict):
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class CorpusSpec(Strict):
+    source: Literal["builtin", "file"] = "builtin"
+    path: str | None = None
+    max_texts: Annotated[int, Field(ge=0)] = 0
+    tags: list[str] = Field(default_factory=list)
+
+
+class RepeatProbe(Strict):
+    count: Annotated[int, Field(ge=0, le=100)] = 1
+    shuffle: bool = True
+
+
+class ProbesSpec(Strict):
+    repeat: RepeatProbe = RepeatProbe()
+
+
+class ScoringSpec(Strict):
+    # Which token goes in front of every text. "bos" follows lm-evaluation-harness
+    # (the tokenizer's BOS, so all text tokens are scored); "none" scores tokens
+    # 2..N; an integer names the id. It changes every logprob, not only the first.
+    prefix: Literal["bos", "none"] | Annotated[int, Field(ge=0)] = "bos"
+    request_timeout_s: Annotated[float, Field(gt=0)] = 300.0
+
+
+class ThresholdSpec(Strict):
+    # A text "moved" between two scorings when |dNLL| > moved_abs_nll.
+    # 0 means any difference at all.
+    moved_abs_nll: Annotated[float, Field(ge=0)] = 0.0
+
+
+class LaunchSpec(Strict):
+    start_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    stop_grace_s: Annotated[float, Field(gt=0)] = 15.0
+
+
+class Plan(Strict):
+    name: str = "unnamed"
+    engine: str
+    model: str
+    loads_per_arm: Annotated[int, Field(ge=1, le=50)] = 2
+    engine_options: dict[str, Any] = Field(default_factory=dict)
+    arms: dict[str, ArmSpec]
+    corpus: CorpusSpec = CorpusSpec()
+    probes: ProbesSpec = ProbesSpec()
+    scoring: ScoringSpec = ScoringSpec()
+    thresholds: ThresholdSpec = ThresholdSpec()
+    launch: LaunchSpec = LaunchSpec()
+
+    @field_validator("arms")
+    @classmethod
+    def _arm_names(cls, arms: dict[str, ArmSpec]) -> dict[str, ArmSpec]:
+        if not arms:
+            raise ValueError("at least one arm is required")
+        for name in arms:
+            if not ARM_NAME.match(name):
+                raise ValueError(
+                    f"arm name {name!r} must be 1-40 letters, digits, '_' or '.', "
+                    "starting with a letter or digit"
+                )
+        return arms
+
+
+class LockedPlan(BaseModel):
+    """What `plan.lock.json` holds: the plan, the texts it scores, and their hash."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    plan: Plan
+    corpus: Corpus
+    sha256: str
+
+    def canonical(self) -> dict[str, Any]:
+        return _canonical(self.plan, self.corpus)
+
+
+def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
+    return {"plan": plan.model_dump(mode="json"), "corpus": corpus.model_dump(mode="json")}
+
+
+def _digest(canonical: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
+
+
+def load_plan_file(path: Path) -> tuple[Plan, Corpus]:
+    """Parse, validate and resolve a plan file; every failure is a PlanError/CorpusError."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PlanError(f"{path}: plan file not found") from None
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PlanError(f"{path}: invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot read plan file ({exc.strerror})") from None
+    return resolve_plan(raw, source=str(path), base_dir=path.parent)
+
+
+def resolve_plan(raw: dict[str, Any], source: str, base_dir: Path) -> tuple[Plan, Corpus]:
+    from servediff.engines.registry import validate_arm_options
+
+    try:
+        plan = Plan.model_validate(raw)
+    except ValidationError as exc:
+        raise PlanError(describe(exc, source)) from None
+    validate_arm_options(plan, source)
+    if plan.model not in BUILTIN_MODELS and not (base_dir / plan.model).expanduser().exists():
+        raise PlanError(
+            f"{source}: model: {plan.model!r} is neither a built-in model "
+            f"({', '.join(BUILTIN_MODELS)}) nor an existing path"
+        )
+    if plan.corpus.source == "file":
+        if not plan.corpus.path:
+            raise PlanError(f"{source}: corpus.path: required when corpus.source = \"file\"")
+        corpus = load_corpus(base_dir / plan.corpus.path)
+    else:
+        if plan.corpus.path:
+            raise PlanError(f"{source}: corpus.path: only allowed when corpus.source = \"file\"")
+        corpus = load_corpus(None)
+    corpus = corpus.select(plan.corpus.tags, plan.corpus.max_texts, source)
+    return plan, corpus
+
+
+def resolve_model_path(plan: Plan, base_dir: Path) -> str:
+    """The model as the engine will see it: a built-in name stays a name."""
+    if plan.model in BUILTIN_MODELS:
+        return plan.model
+    return str((base_dir / plan.model).expanduser().resolve())
+
+
+def lock(plan: Plan, corpus: Corpus) -> LockedPlan:
+    return LockedPlan(plan=plan, corpus=corpus, sha256=_digest(_canonical(plan, corpus)))
+
+
+def write_lock(run_dir: Path, locked: LockedPlan) -> None:
+    """Write the lock, or check that the one already there is the same plan."""
+    path = run_dir / "plan.lock.json"
+    if path.exists():
+        existing = read_lock(run_dir)
+        if existing.sha256 != locked.sha256:
+            raise PlanMismatchError(
+                f"{path}: this run directory is locked under another plan "
+                f"(sha256 {existing.sha256[:12]} vs {locked.sha256[:12]}); "
+                "use a new --out folder. Difference:\n" + plan_diff(existing, locked)
+            )
+        return
+    atomic.write_json(
+        path,
+        {"schema_version": LOCK_SCHEMA_VERSION, "sha256": locked.sha256, **locked.canonical()},
+    )
+
+
+def read_lock(run_dir: Path) -> LockedPlan:
+    path = run_dir / "plan.lock.json"
+    data = read_versioned(path, LOCK_SCHEMA_VERSION)
+    try:
+        locked = LockedPlan(plan=data["plan"], corpus=data["corpus"], sha256=data["sha256"])
+    except (ValidationError, KeyError) as exc:
+        raise PlanError(f"{path}: not a valid plan lock ({exc})") from None
+    if _digest(locked.canonical()) != locked.sha256:
+        raise PlanError(f"{path}: the stored sha256 does not match the plan it holds")
+    return locked
+
+
+def plan_diff(old: LockedPlan, new: LockedPlan) -> str:
+    a = json.dumps(old.canonical()["plan"], indent=1, sort_keys=True).splitlines()
+    b = json.dumps(new.canonical()["plan"], indent=1, sort_keys=True).splitlines()
+    diff = list(difflib.unified_diff(a, b, "locked plan", "this plan", lineterm="", n=1))
+    if old.corpus != new.corpus:
+        diff.append(f"corpus: {len(old.corpus.texts)} texts locked, {len(new.corpus.texts)} now, "
+                    "contents differ")
+    return "\n".join(diff)

@@ -1,0 +1,1 @@
+"""Rendering: turns analysis output (summary.json) into tables and reports. Never measures."""

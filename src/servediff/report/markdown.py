@@ -1,0 +1,95 @@
+"""report.md: a paste-ready Markdown report rendered from a summary alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servediff.report.table import fmt_nll, fmt_ppl
+
+
+def _pair_line(label: str, p: dict[str, Any]) -> str:
+    ids = f" ({len(p['ids_differ'])} texts scored with different ids, not compared)" \
+        if p["ids_differ"] else ""
+    return (f"| {label} | {p['moved']}/{p['compared']} | {fmt_nll(p['max_abs_delta'])} | "
+            f"{p['max_tag'] or '-'} | {'yes' if p['bit_identical'] else 'no'} |{ids}")
+
+
+def render(summary: dict[str, Any], run_name: str) -> str:
+    s = summary["setup"]
+    lines = [
+        f"# servediff drift report: {run_name}",
+        "",
+        f"Engine `{summary['engine']}`, model `{summary['model']}`, "
+        f"{len(summary['arms'])} arms x {s['loads_per_arm']} cold loads, "
+        f"{s['repeats']} within-load repeat(s), corpus `{s['corpus']['name']}` "
+        f"({s['corpus']['texts']} texts). A text counts as moved when "
+        f"|dNLL| > {summary['threshold_abs_nll']:g} nats.",
+        "",
+        "## What you saw",
+        "",
+    ]
+    for arm, data in summary["arms"].items():
+        lines += [f"### Arm `{arm}`: {data['signature']}", "", f"_{data['signature_meaning']}_", "",
+                  "| comparison | moved | max abs dNLL | text | bit-identical |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [_pair_line(f"load {p['load_a']} vs load {p['load_b']}", p)
+                  for p in data["across_load"]]
+        lines += [_pair_line(f"load {p['load']}, repeat {p['repeat']} vs first pass", p)
+                  for p in data["within_load"]]
+        lines += ["", "Perplexity per load: " + ", ".join(
+            f"load {r['load']}: {fmt_ppl(r['perplexity'])} over {r['tokens_scored']} tokens"
+            for r in data["loads"]) + "."]
+        if data["within_load_skipped"]:
+            lines.append(f"Not compared: {len(data['within_load_skipped'])} repeat(s) measured "
+                         "by a different launch than their load's first pass.")
+        lines.append("")
+    if summary["arm_shifts"]:
+        lines += ["### Arm shifts (first load of each arm)", "",
+                  "| arms | moved | max abs dNLL | text | bit-identical |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [_pair_line(f"{p['arm_a']} vs {p['arm_b']}", p) for p in summary["arm_shifts"]]
+        lines.append("")
+    lines += [
+        f"Invalid rows (token count or logprob count mismatch): {summary['invalid_rows']}; "
+        f"error rows: {summary['error_rows']}.",
+        "",
+    ]
+    if summary["failed_launches"]:
+        lines += ["Launches that failed or died:", ""]
+        lines += [f"- `{f['arm']}` load {f['load']} attempt {f['attempt']}: {f['error'] or 'died'}"
+                  for f in summary["failed_launches"]]
+        lines.append("")
+    lines += ["## What were you serving", ""]
+    for arm, a in s["arms"].items():
+        opts = ", ".join(f"{k}={v}" for k, v in sorted(a["options"].items()))
+        ready = ", ".join(f"{x:.1f}" for x in a["seconds_to_ready"])
+        lines.append(f"- arm `{arm}`: options {opts or '-'}; extra args "
+                     f"`{' '.join(a['args']) or '-'}`; env "
+                     f"`{' '.join(f'{k}={v}' for k, v in a['env'].items()) or '-'}`; "
+                     f"seconds to ready per launch: {ready or '-'}")
+    lines += [
+        f"- engine versions: {', '.join(s['engine_versions']) or '-'}",
+        f"- weights sha256: {', '.join(s['weights_sha256']) or '-'}",
+        f"- devices: {', '.join(s['devices']) or '-'}; CPU: {', '.join(s['cpu']) or '-'}; "
+        f"GPUs: {', '.join(s['gpus']) or 'none'}; Python {', '.join(s['python'])}",
+        f"- scoring prefix convention: `{s['prefix']}` (the token put before every text)",
+        "",
+        "## Not tested",
+        "",
+        "This run does not show anything about the following; do not read its silence as "
+        "\"no effect\":",
+        "",
+    ]
+    lines += [f"- `{name}`: {what}" for name, what in summary["untested"].items()]
+    lines += [f"- {gap}" for gap in summary["gaps"]]
+    lines += [
+        "",
+        "## Diagnostic evidence",
+        "",
+        f"- plan sha256: `{summary['plan_sha256']}`",
+        f"- {summary['cells']} cell files with raw per-token logprobs; every headline number "
+        "above is recomputed by `servediff rederive RUN`, and `servediff verify RUN` checks "
+        "every file against `manifest.json`.",
+        "",
+    ]
+    return "\n".join(lines)

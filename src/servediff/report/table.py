@@ -1,0 +1,42 @@
+"""The drift tables as the terminal shows them, built from a summary alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+
+
+def fmt_nll(value: float) -> str:
+    return "0" if value == 0 else f"{value:.3g}"
+
+
+def fmt_ppl(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6f}"
+
+
+def drift_table(summary: dict[str, Any]) -> Group:
+    pairs = Table(title=f"Drift per text ({summary['engine']}, {summary['model']}; "
+                  f"moved = |dNLL| > {summary['threshold_abs_nll']:g} nats)")
+    for column in ("arm", "pair", "moved", "max |dNLL|", "on text", "identical"):
+        pairs.add_column(column, no_wrap=column != "on text")
+    for arm, data in summary["arms"].items():
+        rows = [(f"L{p['load_a']} vs L{p['load_b']}", p) for p in data["across_load"]]
+        rows += [(f"L{p['load']} repeat {p['repeat']}", p) for p in data["within_load"]]
+        for i, (label, p) in enumerate(rows):
+            pairs.add_row(arm if i == 0 else "", label, f"{p['moved']}/{p['compared']}",
+                          fmt_nll(p["max_abs_delta"]), p["max_tag"] or "-",
+                          "yes" if p["bit_identical"] else "no",
+                          end_section=i == len(rows) - 1)
+    for shift in summary["arm_shifts"]:
+        pairs.add_row(f"{shift['arm_a']}/{shift['arm_b']}", "arm shift",
+                      f"{shift['moved']}/{shift['compared']}", fmt_nll(shift["max_abs_delta"]),
+                      shift["max_tag"] or "-", "yes" if shift["bit_identical"] else "no")
+    arms = Table(title="Signature per arm")
+    for column in ("arm", "signature", "perplexity per load"):
+        arms.add_column(column)
+    for arm, data in summary["arms"].items():
+        arms.add_row(arm, data["signature"],
+                     ", ".join(f"L{r['load']} {fmt_ppl(r['perplexity'])}" for r in data["loads"]))
+    return Group(pairs, arms)

@@ -1,0 +1,277 @@
+"""The measuring stage: start each load cold, run its cells, write raw evidence.
+
+The runner walks the locked plan's schedule (arms counterbalanced: A B, then
+B A, ...), starts one engine process per load, runs that load's cells and
+stops it. A cell is written atomically when it completes, so a run
+interrupted anywhere resumes without redoing finished cells. An engine that
+fails to start or dies mid-load is recorded in the load record; the run
+goes on with the next load. The runner never prints: it reports to an
+`Observer`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+from servediff import atomic, models
+from servediff.bundle import Layout, read_versioned, write_manifest
+from servediff.conditions import read_conditions
+from servediff.corpus import Corpus
+from servediff.engines import registry
+from servediff.engines.base import EngineAdapter, EngineOptions
+from servediff.engines.process import EngineProcess, free_port
+from servediff.engines.transport import EngineClient
+from servediff.errors import EngineError, EngineStartError, OutputDirError
+from servediff.evidence import (
+    SCHEMA_VERSION,
+    Cell,
+    Launch,
+    LoadRecord,
+    Record,
+    Stop,
+    cell_name,
+    load_name,
+)
+from servediff.plan import Plan, lock, write_lock
+
+HOST = "127.0.0.1"
+
+
+class Observer(Protocol):
+    def note(self, message: str) -> None: ...
+    def load_starting(self, arm: str, load: int, attempt: int) -> None: ...
+    def load_ready(self, arm: str, load: int, seconds: float) -> None: ...
+    def cell_starting(self, name: str, total: int) -> None: ...
+    def cell_advanced(self, done: int) -> None: ...
+    def cell_finished(self, name: str, seconds: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    arm: str
+    load: int
+    probe: str
+    repeat: int
+
+    @property
+    def name(self) -> str:
+        return cell_name(self.arm, self.load, self.probe, self.repeat)
+
+
+def schedule(plan: Plan) -> list[tuple[str, int]]:
+    """Loads in counterbalanced order: A B for load 1, B A for load 2, ..."""
+    arms = list(plan.arms)
+    order = []
+    for load in range(1, plan.loads_per_arm + 1):
+        for arm in arms if load % 2 else reversed(arms):
+            order.append((arm, load))
+    return order
+
+
+def cells_of_load(plan: Plan, arm: str, load: int) -> list[CellSpec]:
+    cells = [CellSpec(arm, load, "score", 0)]
+    cells += [CellSpec(arm, load, "repeat", r) for r in range(1, plan.probes.repeat.count + 1)]
+    return cells
+
+
+def ensure_writable(root: Path) -> None:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / ".servediff-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputDirError(f"{root}: output folder is not writable ({exc.strerror})") from None
+
+
+def resolve_model(plan: Plan, base_dir: Path, say: Callable[[str], None]) -> tuple[str, dict[str, str]]:
+    if plan.model == "smollm2":
+        path, hashes = models.smollm2_dir(say)
+        return str(path), hashes
+    path = (base_dir / plan.model).expanduser().resolve()
+    return str(path), models.weight_hashes(path)
+
+
+def nll(logprobs: list[float]) -> float:
+    """Sum NLL of a text; fsum so the value does not depend on summation order."""
+    return -math.fsum(logprobs)
+
+
+class Runner:
+    def __init__(self, plan: Plan, corpus: Corpus, root: Path, base_dir: Path,
+                 observer: Observer) -> None:
+        self.plan = plan
+        self.corpus = corpus
+        self.layout = Layout(root)
+        self.base_dir = base_dir
+        self.obs = observer
+        self.adapter: EngineAdapter = registry.create(plan.engine)
+
+    def run(self) -> None:
+        ensure_writable(self.layout.root)
+        write_lock(self.layout.root, lock(self.plan, self.corpus))
+        pending = [
+            (arm, load, todo)
+            for arm, load in schedule(self.plan)
+            if (todo := [c for c in cells_of_load(self.plan, arm, load)
+                         if not self.layout.cell(c.name).exists()])
+        ]
+        if not pending:
+            self.obs.note("every cell of this plan is already measured; nothing to run")
+            return
+        model, weights = resolve_model(self.plan, self.base_dir, self.obs.note)
+        for arm, load, todo in pending:
+            self._run_load(arm, load, todo, model, weights)
+
+    def _load_record(self, arm: str, load: int) -> LoadRecord:
+        path = self.layout.load(load_name(arm, load))
+        if path.exists():
+            return LoadRecord.model_validate(read_versioned(path, SCHEMA_VERSION))
+        return LoadRecord(arm=arm, load=load)
+
+    def _write_load(self, record: LoadRecord) -> None:
+        atomic.write_json(self.layout.load(load_name(record.arm, record.load)),
+                          record.model_dump(mode="json"))
+
+    def _run_load(self, arm: str, load: int, todo: list[CellSpec], model: str,
+                  weights: dict[str, str]) -> None:
+        record = self._load_record(arm, load)
+        attempt = len(record.launches) + 1
+        options = registry.arm_options(self.plan, arm)
+        port = free_port(HOST)
+        spec = self.adapter.launch(model, HOST, port, self.plan.arms[arm].args, options)
+        env = {**spec.env, **self.plan.arms[arm].env}
+        self.obs.load_starting(arm, load, attempt)
+        proc = EngineProcess(spec.argv, env, self.layout.log(load_name(arm, load)), HOST, port)
+        launch = Launch(
+            attempt=attempt, command=spec.argv, env_diff=env,
+            options=options.model_dump(mode="json"), host=HOST, port=port, pid=proc.pid,
+            started_at=proc.started_at, weights_sha256=weights,
+        )
+        record.launches.append(launch)
+        self._write_load(record)
+        client = EngineClient(f"http://{HOST}:{port}", self.plan.scoring.request_timeout_s)
+        try:
+            self._wait_ready(proc, client, launch)
+            self._write_load(record)
+            self.obs.load_ready(arm, load, launch.seconds_to_ready or 0.0)
+            ids = self._tokenize(client, launch)
+            for cell in todo:
+                self._run_cell(cell, client, proc, ids, options, attempt)
+                write_manifest(self.layout.root)
+        except EngineError as exc:
+            launch.error = str(exc)
+            self.obs.note(f"{arm} load {load}: {exc}")
+        finally:
+            client.close()
+            stop = proc.stop(self.plan.launch.stop_grace_s)
+            launch.stop = Stop(**asdict(stop))
+            launch.finished_at = time.time()
+            self._write_load(record)
+            write_manifest(self.layout.root)
+
+    def _wait_ready(self, proc: EngineProcess, client: EngineClient, launch: Launch) -> None:
+        """Ready = health answers, version read, and one real scoring request completed."""
+        deadline = time.monotonic() + self.plan.launch.start_timeout_s
+        path = self.adapter.health_path()
+        while not client.healthy(path):
+            if not proc.alive():
+                raise EngineStartError(
+                    f"engine exited with code {proc.proc.returncode} before it was ready"
+                )
+            if time.monotonic() > deadline:
+                raise EngineStartError(
+                    f"engine not healthy after {self.plan.launch.start_timeout_s:.0f} s"
+                )
+            time.sleep(0.1)
+        info = self.adapter.info(client)
+        self.adapter.score(client, [self.adapter.tokenize(client, "Ready check: one real request.")])
+        launch.seconds_to_ready = round(proc.seconds_since_start(), 3)
+        launch.engine = {**info.raw, "version": info.version, "bos_token_id": info.bos_token_id,
+                         "max_model_len": info.max_model_len}
+
+    def _prefix(self, launch: Launch) -> tuple[list[int], str]:
+        prefix = self.plan.scoring.prefix
+        if prefix == "none":
+            return [], "none"
+        if prefix == "bos":
+            bos = launch.engine.get("bos_token_id")
+            if bos is None:
+                raise EngineStartError(
+                    "scoring.prefix = \"bos\" but the engine reports no BOS token; "
+                    "set scoring.prefix to \"none\" or a token id"
+                )
+            return [int(bos)], f"bos:{bos}"
+        return [int(prefix)], f"id:{prefix}"
+
+    def _tokenize(self, client: EngineClient, launch: Launch) -> dict[str, tuple[list[int], str]]:
+        head, label = self._prefix(launch)
+        return {
+            t.tag: (head + self.adapter.tokenize(client, t.text), label)
+            for t in self.corpus.texts
+        }
+
+    def _order(self, cell: CellSpec) -> list[str]:
+        tags = [t.tag for t in self.corpus.texts]
+        if cell.probe == "repeat" and self.plan.probes.repeat.shuffle:
+            random.Random(f"{cell.arm}/{cell.load}/{cell.repeat}").shuffle(tags)
+        return tags
+
+    def _run_cell(self, cell: CellSpec, client: EngineClient, proc: EngineProcess,
+                  ids: dict[str, tuple[list[int], str]], options: EngineOptions,
+                  attempt: int) -> None:
+        order = self._order(cell)
+        self.obs.cell_starting(cell.name, len(order))
+        conditions = read_conditions()
+        started, t0 = time.time(), time.monotonic()
+        records: list[Record] = []
+        engine_seconds = 0.0
+        for batch_no, batch_tags in enumerate(_chunks(order, options.batch_size)):
+            batch = [ids[tag][0] for tag in batch_tags]
+            r0 = time.monotonic()
+            try:
+                results = self.adapter.score(client, batch)
+                error = None
+            except EngineError as exc:
+                results, error = [], str(exc)
+            seconds = time.monotonic() - r0
+            engine_seconds += seconds
+            for i, tag in enumerate(batch_tags):
+                token_ids, label = ids[tag]
+                common = dict(tag=tag, token_ids=token_ids, prefix=label,
+                              n_tokens=len(token_ids), batch=batch_no,
+                              batch_size=len(batch_tags), seconds=round(seconds, 6))
+                if error is not None:
+                    records.append(Record(**common, n_scored=0, token_logprobs=[], sum_nll=None,
+                                          server_prompt_tokens=None, status="error", error=error))
+                    continue
+                res = results[i]
+                records.append(Record(
+                    **common, n_scored=len(res.token_logprobs), token_logprobs=res.token_logprobs,
+                    sum_nll=nll(res.token_logprobs) if res.invalid is None else None,
+                    server_prompt_tokens=res.server_prompt_tokens,
+                    status="ok" if res.invalid is None else "invalid", error=res.invalid,
+                ))
+            self.obs.cell_advanced(len(records))
+            if error is not None and not proc.alive():
+                raise EngineError(f"engine process died during {cell.name}: {error}")
+        wall = time.monotonic() - t0
+        out = Cell(
+            arm=cell.arm, load=cell.load, probe=cell.probe,  # type: ignore[arg-type]
+            repeat=cell.repeat, launch=attempt, order=order, started_at=started,
+            wall_seconds=round(wall, 6), engine_seconds=round(engine_seconds, 6),
+            conditions=conditions, records=records,
+        )
+        atomic.write_json(self.layout.cell(cell.name), out.model_dump(mode="json"))
+        self.obs.cell_finished(cell.name, wall)
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
