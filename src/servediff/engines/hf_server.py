@@ -41,10 +41,11 @@ class Engine:
         self.dtype = dtype
         self.attn = attn
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(
+        # transformers' own annotations of from_pretrained/to are not usable under mypy.
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=getattr(torch, dtype), attn_implementation=attn
-        ).to(device)
-        self.model.eval()
+        )
+        self.model: Any = loaded.to(device).eval()
         self.max_len = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self.name = model_dir.name
         self.lock = threading.Lock()
@@ -108,7 +109,7 @@ class Handler(BaseHTTPRequestHandler):
     engine: Engine
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+    def log_message(self, format: str, *args: Any) -> None:
         sys.stderr.write(f"{time.strftime('%H:%M:%S')} {self.command} {self.path} {args[1:]}\n")
 
     def _send(self, status: int, body: dict[str, Any]) -> None:
@@ -122,7 +123,7 @@ class Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         self._send(status, {"error": {"message": message, "code": status}})
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+    def do_GET(self) -> None:
         if self.path == "/health":
             self._send(200, {"status": "ok"})
         elif self.path == "/version":
@@ -130,7 +131,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._error(404, f"no route {self.path}")
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+    def do_POST(self) -> None:
         try:
             length = int(self.headers.get("Content-Length", "0"))
             body = json.loads(self.rfile.read(length) or b"{}")
@@ -163,7 +164,8 @@ class Handler(BaseHTTPRequestHandler):
         elif (
             isinstance(prompt, list)
             and prompt
-            and all(isinstance(p, list) and p and all(isinstance(i, int) for i in p) for p in prompt)
+            and all(isinstance(p, list) and p and all(isinstance(i, int) for i in p)
+                    for p in prompt)
         ):
             prompts = prompt
         else:

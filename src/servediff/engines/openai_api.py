@@ -28,7 +28,9 @@ def parse_scores(body: Any, batch: list[list[int]]) -> list[Scored]:
     try:
         choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
     except (KeyError, TypeError, AttributeError):
-        raise EngineRequestError(f"completions response has no choices: {str(body)[:200]}") from None
+        raise EngineRequestError(
+            f"completions response has no choices: {str(body)[:200]}"
+        ) from None
     if len(choices) != len(batch):
         raise EngineRequestError(f"asked {len(batch)} prompts, got {len(choices)} choices")
     usage = body.get("usage") or {}
@@ -59,7 +61,8 @@ def parse_scores(body: Any, batch: list[list[int]]) -> list[Scored]:
         if invalid is None and entries and entries[0] is not None:
             invalid = "prompt_logprobs[0] is not null"
         if invalid is None and len(logprobs) != len(ids) - 1:
-            invalid = f"{len(logprobs)} prompt logprobs for {len(ids)} ids (expected {len(ids) - 1})"
+            invalid = (f"{len(logprobs)} prompt logprobs for {len(ids)} ids "
+                       f"(expected {len(ids) - 1})")
         if invalid is None and server_tokens is not None and server_tokens != len(ids):
             invalid = f"server counted {server_tokens} prompt tokens, {len(ids)} were sent"
         out.append(Scored(

@@ -1,0 +1,5 @@
+"""`python -m servediff` runs the CLI."""
+
+from servediff.cli import main
+
+main()

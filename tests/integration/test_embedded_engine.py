@@ -1,0 +1,185 @@
+"""The embedded transformers engine, really started and stopped as subprocesses.
+
+These are the proof that the runner, the adapter and the analysis work on a
+real model: every number the analysis reports is checked here against the
+per-text numbers stored in the raw cells, recomputed independently.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+TAGS = ["prose-harbour", "code-python-lru", "json-event", "de-prose-wetter", "prose-essay-long"]
+
+PLAN = f"""
+name = "it"
+engine = "transformers"
+model = "smollm2"
+loads_per_arm = 2
+
+[engine_options]
+device = "cpu"
+
+[arms.bs1]
+options = {{ batch_size = 1 }}
+
+[arms.bs4]
+options = {{ batch_size = 4 }}
+
+[corpus]
+tags = {json.dumps(TAGS)}
+
+[probes.repeat]
+count = 1
+"""
+
+
+def servediff(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "servediff", *args], capture_output=True,
+                          text=True, cwd=cwd, check=False, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("embedded")
+    (work / "plan.toml").write_text(PLAN)
+    done = servediff("run", "plan.toml", "--out", "run", cwd=work)
+    assert done.returncode == 0, done.stderr + done.stdout
+    return work / "run"
+
+
+def cells(root: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted((root / "cells").glob("*.json"))}
+
+
+def test_every_load_was_a_real_cold_process(run_dir: Path):
+    loads = [json.loads(p.read_text()) for p in sorted((run_dir / "loads").glob("*.json"))]
+    assert len(loads) == 4
+    pids = set()
+    for load in loads:
+        (launch,) = load["launches"]
+        pids.add(launch["pid"])
+        assert launch["seconds_to_ready"] > 0
+        assert launch["engine"]["versions"]["torch"]
+        assert launch["host"] == "127.0.0.1"
+        stop = launch["stop"]
+        assert stop["died_before_stop"] is False
+        assert stop["port_closed"] is True
+        assert stop["signal"] == "SIGTERM" or stop["returncode"] == 0
+        assert launch["weights_sha256"]["model.safetensors"]
+        assert "servediff.engines.hf_server" in launch["command"]
+    assert len(pids) == 4
+    assert (run_dir / "logs" / "bs1-load1.log").read_text().count("ready on 127.0.0.1") == 1
+
+
+def test_raw_records_are_consistent(run_dir: Path):
+    for name, cell in cells(run_dir).items():
+        assert [r["tag"] for r in cell["records"]] == cell["order"]
+        assert sorted(cell["order"]) == sorted(TAGS)
+        assert cell["wall_seconds"] >= cell["engine_seconds"] > 0
+        assert cell["conditions"]["cpu_count"] >= 1
+        for r in cell["records"]:
+            assert r["status"] == "ok", (name, r["error"])
+            assert r["token_ids"][0] == 1  # SmolLM2's BOS, <|im_start|>
+            assert r["prefix"] == "bos:1"
+            assert r["n_tokens"] == len(r["token_ids"]) == r["server_prompt_tokens"]
+            assert len(r["token_logprobs"]) == r["n_scored"] == r["n_tokens"] - 1
+            assert r["sum_nll"] == -math.fsum(r["token_logprobs"])
+            assert all(lp <= 0 for lp in r["token_logprobs"])
+        sizes = {r["batch_size"] for r in cell["records"]}
+        assert sizes == ({1} if name.startswith("bs1") else {4, 1})
+
+
+def test_analysis_matches_the_stored_per_text_numbers(run_dir: Path):
+    summary = json.loads((run_dir / "summary.json").read_text())
+    raw = cells(run_dir)
+
+    def nll(name: str) -> dict[str, float]:
+        return {r["tag"]: r["sum_nll"] for r in raw[name]["records"]}
+
+    for arm in ("bs1", "bs4"):
+        data = summary["arms"][arm]
+        (pair,) = data["across_load"]
+        a, b = nll(f"{arm}-load1-score"), nll(f"{arm}-load2-score")
+        deltas = {t: b[t] - a[t] for t in TAGS}
+        assert pair["moved"] == sum(d != 0 for d in deltas.values())
+        assert pair["max_abs_delta"] == max(abs(d) for d in deltas.values())
+        for within in data["within_load"]:
+            base = nll(f"{arm}-load{within['load']}-score")
+            rep = nll(f"{arm}-load{within['load']}-repeat-r1")
+            assert within["moved"] == sum(rep[t] != base[t] for t in TAGS)
+        for row in data["loads"]:
+            recs = raw[f"{arm}-load{row['load']}-score"]["records"]
+            expected = math.exp(math.fsum(r["sum_nll"] for r in recs)
+                                / sum(r["n_scored"] for r in recs))
+            assert row["perplexity"] == pytest.approx(expected, rel=1e-12)
+        moved_any = any(p["moved"] for p in data["across_load"] + data["within_load"])
+        assert (data["signature"] == "bit-identical") == (not moved_any)
+    shift = summary["arm_shifts"][0]
+    one, four = nll("bs1-load1-score"), nll("bs4-load1-score")
+    assert shift["moved"] == sum(one[t] != four[t] for t in TAGS)
+    # The within-load comparison was between different batch compositions for bs4:
+    # whatever moved is reported as within-load, never as bit-identical.
+    for c1, c2 in combinations(["bs4-load1-score", "bs4-load1-repeat-r1"], 2):
+        differ = any(nll(c1)[t] != nll(c2)[t] for t in TAGS)
+        if differ:
+            assert summary["arms"]["bs4"]["signature"] == "within-load"
+
+
+def test_rederive_scores_and_verify(run_dir: Path):
+    derived = servediff("rederive", str(run_dir), "--json", cwd=run_dir.parent)
+    assert derived.returncode == 0, derived.stderr
+    assert json.loads(derived.stdout) == json.loads((run_dir / "summary.json").read_text())
+    rows = [json.loads(x) for x in
+            servediff("scores", str(run_dir), "--json", cwd=run_dir.parent).stdout.splitlines()]
+    assert len(rows) == 4 * 2 * len(TAGS)
+    assert {"arm", "load", "repeat", "tag", "token_ids", "sum_nll", "n_tokens"} <= set(rows[0])
+    assert servediff("verify", str(run_dir), cwd=run_dir.parent).returncode == 0
+    report = (run_dir / "report.md").read_text()
+    assert "## Not tested" in report and "bs1" in report and "bs4" in report
+
+
+def test_interrupted_run_resumes_without_redoing_cells(tmp_path: Path):
+    one_arm = PLAN.replace("[arms.bs4]\noptions = { batch_size = 4 }\n", "")
+    (tmp_path / "plan.toml").write_text(one_arm)
+    cmd = [sys.executable, "-m", "servediff", "run", "plan.toml", "--out", "run"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    first = tmp_path / "run" / "cells" / "bs1-load1-score.json"
+    deadline = time.monotonic() + 300
+    while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert first.exists(), proc.stderr.read() if proc.stderr else ""
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "to resume" in err and "Traceback" not in err
+    kept = first.read_bytes()
+    load = json.loads((tmp_path / "run" / "loads" / "bs1-load1.json").read_text())
+    assert load["launches"][0]["stop"]["port_closed"] is True
+    done = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert first.read_bytes() == kept
+    names = sorted(p.stem for p in (tmp_path / "run" / "cells").glob("*.json"))
+    assert names == ["bs1-load1-repeat-r1", "bs1-load1-score", "bs1-load2-repeat-r1",
+                     "bs1-load2-score"]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["arms"]["bs1"]["signature"] != "not measured"
+    # Resumed under a changed plan: refused with the difference, nothing run.
+    (tmp_path / "plan.toml").write_text(one_arm.replace("loads_per_arm = 2", "loads_per_arm = 3"))
+    refused = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "locked under another plan" in refused.stderr
+    assert '"loads_per_arm": 3' in refused.stderr

@@ -1,0 +1,107 @@
+"""The CLI as a user meets it: exit codes, one-line errors, no torch for --help."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.bundles import cell, make_bundle
+
+
+def servediff(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "servediff", *args], capture_output=True,
+                          text=True, cwd=cwd, check=False, timeout=120)
+
+
+def test_help_does_not_import_torch():
+    code = ("import sys; from servediff.cli import cli; "
+            "from click.testing import CliRunner; r = CliRunner().invoke(cli, ['--help']); "
+            "assert r.exit_code == 0, r.output; "
+            "print(','.join(m for m in ('torch', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == ""
+
+
+@pytest.mark.parametrize(
+    ("plan", "expected"),
+    [
+        ("engine = \n", "invalid TOML"),
+        ('engine = "vllm9"\nmodel = "smollm2"\n[arms.a]\n', "engine: unknown engine 'vllm9'"),
+        ('engine = "transformers"\nmodel = "smollm2"\nbogus = 1\n[arms.a]\n',
+         "bogus: unknown key"),
+        ('engine = "transformers"\nmodel = "smollm2"\n[arms.a]\n[corpus]\nsource = "file"\n'
+         'path = "missing.jsonl"\n', "missing.jsonl: corpus file not found"),
+    ],
+)
+def test_bad_plan_exits_2_with_one_clear_line(tmp_path: Path, plan: str, expected: str):
+    (tmp_path / "plan.toml").write_text(plan)
+    done = servediff("run", "plan.toml", "--out", "out", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert expected in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_non_writable_output_folder(tmp_path: Path):
+    if os.geteuid() == 0:
+        target = "/proc/servediff-out"  # not writable even for root
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        target = str(locked / "run")
+    (tmp_path / "plan.toml").write_text('engine = "transformers"\nmodel = "smollm2"\n[arms.a]\n')
+    done = servediff("run", "plan.toml", "--out", target, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "output folder is not writable" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_compare_cli(tmp_path: Path):
+    (tmp_path / "a.json").write_text(json.dumps({"x": 1.0, "y": 2.0, "z": 3.0}))
+    (tmp_path / "b.jsonl").write_text('{"tag": "x", "sum_nll": 1.0}\n{"tag": "y", "sum_nll": 2.5}\n'
+                                      '{"tag": "w", "sum_nll": 9}\n')
+    done = servediff("compare", "a.json", "b.jsonl", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["compared"], result["moved"], result["max_tag"]) == (2, 1, "y")
+    assert result["max_abs_delta"] == 0.5
+    assert result["only_a"] == ["z"] and result["only_b"] == ["w"]
+    text = servediff("compare", "a.json", "b.jsonl", cwd=tmp_path).stdout
+    assert "compared 2 texts: 1 moved" in text and "only in A (1): z" in text
+    (tmp_path / "empty.json").write_text("[]")
+    bad = servediff("compare", "a.json", "empty.json", cwd=tmp_path)
+    assert bad.returncode == 2 and "empty.json: no usable rows" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_rederive_verify_scores_on_a_fixture_bundle(tmp_path: Path):
+    root = make_bundle(tmp_path / "run", [cell("a", 1), cell("a", 1, "repeat", 1),
+                                         cell("a", 2, shifts={"beta": 0.5}),
+                                         cell("a", 2, "repeat", 1, shifts={"beta": 0.5})],
+                       arms=("a",))
+    assert servediff("report", str(root)).returncode == 0
+    derived = servediff("rederive", str(root), "--json")
+    assert derived.returncode == 0, derived.stderr
+    assert json.loads(derived.stdout) == json.loads((root / "summary.json").read_text())
+    table = servediff("rederive", str(root)).stdout
+    assert "across-load only" in table and "1/4" in table
+    assert servediff("verify", str(root)).returncode == 0
+    listed = servediff("scores", str(root), "--json").stdout
+    rows = [json.loads(line) for line in listed.splitlines()]
+    assert len(rows) == 16
+    assert {"arm", "load", "repeat", "tag", "token_ids", "sum_nll", "n_tokens"} <= set(rows[0])
+    (root / "summary.json").write_text((root / "summary.json").read_text().replace("0.5", "0.25"))
+    assert servediff("rederive", str(root)).returncode == 1
+    failed = servediff("verify", str(root))
+    assert failed.returncode == 1 and "summary.json: sha256 does not match" in failed.stderr
+
+
+def test_not_a_run_directory(tmp_path: Path):
+    done = servediff("rederive", str(tmp_path))
+    assert done.returncode == 2
+    assert "not a servediff run directory" in done.stderr
