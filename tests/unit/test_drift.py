@@ -34,6 +34,7 @@ def test_bit_identical_arm_and_across_load_only_arm(tmp_path: Path):
     # a and b share identical first loads: no arm shift
     assert summary["arm_shifts"][0]["moved"] == 0
     assert summary["arm_shifts"][0]["bit_identical"]
+    assert summary["arm_shifts"][0]["signature"] == "no arm shift"
 
 
 def test_within_load_signature_and_arm_shift(tmp_path: Path):
@@ -46,6 +47,16 @@ def test_within_load_signature_and_arm_shift(tmp_path: Path):
     shift = summary["arm_shifts"][0]
     assert (shift["arm_a"], shift["arm_b"], shift["moved"], shift["max_tag"]) == \
         ("a", "b", 1, "alpha")
+    # arm a drifts within a load, so the difference is not a clean arm shift
+    assert shift["signature"] == "arms differ, and at least one arm also drifts by itself"
+
+
+def test_clean_arm_shift(tmp_path: Path):
+    cells = stable("a", 1) + stable("a", 2)
+    cells += stable("b", 1, shifts={"gamma": 0.1}) + stable("b", 2, shifts={"gamma": 0.1})
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells)))
+    assert summary["arm_shifts"][0]["signature"] == "arm shift"
+    assert summary["arm_shifts"][0]["moved_tags"] == ["gamma"]
 
 
 def test_threshold_turns_tiny_moves_into_stable(tmp_path: Path):

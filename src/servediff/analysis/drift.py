@@ -120,7 +120,19 @@ def analyse_arm(cells: list[Cell], threshold: float) -> dict[str, Any]:
     }
 
 
-def arm_shifts(by_arm: Mapping[str, list[Cell]], threshold: float) -> list[dict[str, Any]]:
+STABLE = ("bit-identical", "stable within threshold")
+
+
+def shift_signature(moved_count: int, sig_a: str, sig_b: str) -> str:
+    if not moved_count:
+        return "no arm shift"
+    if sig_a in STABLE and sig_b in STABLE:
+        return "arm shift"
+    return "arms differ, and at least one arm also drifts by itself"
+
+
+def arm_shifts(by_arm: Mapping[str, list[Cell]], threshold: float,
+               signatures: Mapping[str, str]) -> list[dict[str, Any]]:
     """Each pair of arms compared on their first measured load's score cell."""
     firsts = {}
     for arm, cells in by_arm.items():
@@ -131,7 +143,9 @@ def arm_shifts(by_arm: Mapping[str, list[Cell]], threshold: float) -> list[dict[
     for a, b in combinations(firsts, 2):
         comp = compare(scores_of(firsts[a]), scores_of(firsts[b]), threshold)
         out.append(_pair({"arm_a": a, "arm_b": b, "load_a": firsts[a].load,
-                          "load_b": firsts[b].load}, comp))
+                          "load_b": firsts[b].load,
+                          "signature": shift_signature(comp.moved, signatures[a], signatures[b])},
+                         comp))
     return out
 
 
@@ -166,7 +180,8 @@ def summarize(evidence: Evidence) -> dict[str, Any]:
         "model": plan["model"],
         "threshold_abs_nll": threshold,
         "arms": per_arm,
-        "arm_shifts": arm_shifts(by_arm, threshold),
+        "arm_shifts": arm_shifts(by_arm, threshold,
+                                 {arm: data["signature"] for arm, data in per_arm.items()}),
         "failed_launches": failed_launches,
         "cells": len(evidence.cells),
         "invalid_rows": sum(a["invalid_rows"] for a in per_arm.values()),

@@ -47,7 +47,8 @@ def render(summary: dict[str, Any], run_name: str) -> str:
         lines += ["### Arm shifts (first load of each arm)", "",
                   "| arms | moved | max abs dNLL | text | bit-identical |",
                   "| --- | --- | --- | --- | --- |"]
-        lines += [_pair_line(f"{p['arm_a']} vs {p['arm_b']}", p) for p in summary["arm_shifts"]]
+        lines += [_pair_line(f"{p['arm_a']} vs {p['arm_b']}: {p['signature']}", p)
+                  for p in summary["arm_shifts"]]
         lines.append("")
     lines += [
         f"Invalid rows (token count or logprob count mismatch): {summary['invalid_rows']}; "

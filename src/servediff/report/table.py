@@ -30,7 +30,7 @@ def drift_table(summary: dict[str, Any]) -> Group:
                           "yes" if p["bit_identical"] else "no",
                           end_section=i == len(rows) - 1)
     for shift in summary["arm_shifts"]:
-        pairs.add_row(f"{shift['arm_a']}/{shift['arm_b']}", "arm shift",
+        pairs.add_row(f"{shift['arm_a']}/{shift['arm_b']}", shift["signature"],
                       f"{shift['moved']}/{shift['compared']}", fmt_nll(shift["max_abs_delta"]),
                       shift["max_tag"] or "-", "yes" if shift["bit_identical"] else "no")
     arms = Table(title="Signature per arm")
