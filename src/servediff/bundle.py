@@ -4,6 +4,7 @@
       plan.lock.json                 canonical plan + corpus + sha256
       loads/<arm>-load<N>.json       launch and stop records
       cells/<arm>-load<N>-<probe>[-r<k>].json
+      partial/<cell>-a<attempt>.json rows measured before an engine died mid-cell
       logs/<arm>-load<N>.log         engine stdout/stderr
       summary.json                   derived (analysis)
       report.md                      derived (report)
@@ -53,6 +54,10 @@ class Layout:
     def cell(self, name: str) -> Path:
         return self.root / "cells" / f"{name}.json"
 
+    def partial(self, name: str, attempt: int) -> Path:
+        """Rows of a cell whose engine died before the cell finished."""
+        return self.root / "partial" / f"{name}-a{attempt}.json"
+
     def load(self, name: str) -> Path:
         return self.root / "loads" / f"{name}.json"
 
@@ -79,6 +84,8 @@ class Evidence:
     lock: dict[str, Any]
     loads: tuple[LoadRecord, ...]
     cells: tuple[Cell, ...]
+    # Cells cut short by an engine death: kept as evidence, not compared.
+    partial: tuple[Cell, ...] = ()
 
 
 def read_evidence(root: Path) -> Evidence:
@@ -89,7 +96,8 @@ def read_evidence(root: Path) -> Evidence:
     lock = read_versioned(root / "plan.lock.json", LOCK_SCHEMA_VERSION)
     loads = tuple(_parse(p, LoadRecord) for p in sorted((root / "loads").glob("*.json")))
     cells = tuple(_parse(p, Cell) for p in sorted((root / "cells").glob("*.json")))
-    return Evidence(lock=lock, loads=loads, cells=cells)
+    partial = tuple(_parse(p, Cell) for p in sorted((root / "partial").glob("*.json")))
+    return Evidence(lock=lock, loads=loads, cells=cells, partial=partial)
 
 
 def _parse(path: Path, model: type[_T]) -> _T:

@@ -7,12 +7,16 @@ from typing import Any
 
 from servediff import atomic
 from servediff.analysis.drift import summarize
-from servediff.bundle import Layout, read_evidence, write_manifest
+from servediff.bundle import Layout, read_evidence, verify, write_manifest
 from servediff.report.markdown import render
 
 
 def write_derived(root: Path) -> dict[str, Any]:
+    """Re-derive and re-hash; refuses a bundle whose files no longer match its manifest,
+    since re-hashing it would launder the change."""
     layout = Layout(root)
+    if layout.manifest.exists():
+        verify(root)
     summary = summarize(read_evidence(root))
     atomic.write_json(layout.summary, summary)
     atomic.write_text(layout.report, render(summary, root.name))

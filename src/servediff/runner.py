@@ -31,6 +31,7 @@ from servediff.errors import EngineError, EngineStartError, OutputDirError
 from servediff.evidence import (
     SCHEMA_VERSION,
     Cell,
+    Conditions,
     Launch,
     LoadRecord,
     Record,
@@ -251,16 +252,31 @@ class Runner:
                                        seconds, results[i] if error is None else None, error))
             self.obs.cell_advanced(len(records))
             if error is not None and not proc.alive():
-                raise EngineError(f"engine process died during {cell.name}: {error}")
-        wall = time.monotonic() - t0
-        out = Cell(
+                # The rows measured before the death are evidence too: kept apart,
+                # so the cell itself stays to be measured again on resume.
+                partial = self._cell(cell, attempt, order, started, t0, engine_seconds,
+                                     conditions, records)
+                path = self.layout.partial(cell.name, attempt)
+                atomic.write_json(path, partial.model_dump(mode="json"))
+                raise EngineError(
+                    f"engine process died during {cell.name} ({len(records)} of {len(order)} "
+                    f"rows kept in {path.relative_to(self.layout.root)}): {error}"
+                )
+        out = self._cell(cell, attempt, order, started, t0, engine_seconds, conditions, records)
+        atomic.write_json(self.layout.cell(cell.name), out.model_dump(mode="json"))
+        wall = out.wall_seconds
+        self.obs.cell_finished(cell.name, wall)
+
+
+    @staticmethod
+    def _cell(cell: CellSpec, attempt: int, order: list[str], started: float, t0: float,
+              engine_seconds: float, conditions: Conditions, records: list[Record]) -> Cell:
+        return Cell(
             arm=cell.arm, load=cell.load, probe=cell.probe,  # type: ignore[arg-type]
             repeat=cell.repeat, launch=attempt, order=order, started_at=started,
-            wall_seconds=round(wall, 6), engine_seconds=round(engine_seconds, 6),
-            conditions=conditions, records=records,
+            wall_seconds=round(time.monotonic() - t0, 6),
+            engine_seconds=round(engine_seconds, 6), conditions=conditions, records=records,
         )
-        atomic.write_json(self.layout.cell(cell.name), out.model_dump(mode="json"))
-        self.obs.cell_finished(cell.name, wall)
 
 
 def _record(tag: str, token_ids: list[int], prefix: str, batch: int, batch_size: int,

@@ -151,7 +151,8 @@ def test_rederive_scores_and_verify(run_dir: Path):
     assert "## Not tested" in report and "bs1" in report and "bs4" in report
 
 
-def test_interrupted_run_resumes_without_redoing_cells(tmp_path: Path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_interrupted_run_resumes_without_redoing_cells(tmp_path: Path, sig: signal.Signals):
     one_arm = PLAN.replace("[arms.bs4]\noptions = { batch_size = 4 }\n", "")
     (tmp_path / "plan.toml").write_text(one_arm)
     cmd = [sys.executable, "-m", "servediff", "run", "plan.toml", "--out", "run"]
@@ -162,7 +163,7 @@ def test_interrupted_run_resumes_without_redoing_cells(tmp_path: Path):
     while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     assert first.exists(), proc.stderr.read() if proc.stderr else ""
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "to resume" in err and "Traceback" not in err
@@ -183,3 +184,41 @@ def test_interrupted_run_resumes_without_redoing_cells(tmp_path: Path):
     assert refused.returncode == 2
     assert "locked under another plan" in refused.stderr
     assert '"loads_per_arm": 3' in refused.stderr
+
+
+def test_engine_killed_mid_load_is_recorded_and_the_run_goes_on(tmp_path: Path):
+    one_arm = PLAN.replace("[arms.bs4]\noptions = { batch_size = 4 }\n", "")
+    (tmp_path / "plan.toml").write_text(one_arm)
+    cmd = [sys.executable, "-m", "servediff", "run", "plan.toml", "--out", "run"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    load_file = tmp_path / "run" / "loads" / "bs1-load1.json"
+    deadline = time.monotonic() + 300
+    pid = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        if load_file.exists():
+            launch = json.loads(load_file.read_text())["launches"][0]
+            if launch["seconds_to_ready"] is not None:
+                pid = launch["pid"]
+                break
+        time.sleep(0.05)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    launch = json.loads(load_file.read_text())["launches"][0]
+    assert launch["stop"]["died_before_stop"] is True
+    assert launch["stop"]["signal"] == "SIGKILL"
+    assert launch["error"]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["failed_launches"][0]["died_before_stop"] is True
+    # load 2 still ran
+    assert (tmp_path / "run" / "cells" / "bs1-load2-score.json").exists()
+    assert servediff("verify", "run", cwd=tmp_path).returncode == 0
+    # resuming measures what the death left out, in a new launch of load 1
+    done = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(load_file.read_text())
+    assert len(record["launches"]) == 2
+    assert record["launches"][1]["stop"]["died_before_stop"] is False
+    assert len(list((tmp_path / "run" / "cells").glob("*.json"))) == 4

@@ -99,6 +99,10 @@ def test_rederive_verify_scores_on_a_fixture_bundle(tmp_path: Path):
     assert servediff("rederive", str(root)).returncode == 1
     failed = servediff("verify", str(root))
     assert failed.returncode == 1 and "summary.json: sha256 does not match" in failed.stderr
+    # report must not re-hash (and so hide) a changed file
+    refused = servediff("report", str(root))
+    assert refused.returncode == 1 and "summary.json: sha256 does not match" in refused.stderr
+    assert servediff("verify", str(root)).returncode == 1
 
 
 def test_not_a_run_directory(tmp_path: Path):

@@ -184,6 +184,11 @@ def summarize(evidence: Evidence) -> dict[str, Any]:
                                  {arm: data["signature"] for arm, data in per_arm.items()}),
         "failed_launches": failed_launches,
         "cells": len(evidence.cells),
+        "partial_cells": [
+            {"arm": c.arm, "load": c.load, "probe": c.probe, "repeat": c.repeat,
+             "launch": c.launch, "rows": len(c.records)}
+            for c in evidence.partial
+        ],
         "invalid_rows": sum(a["invalid_rows"] for a in per_arm.values()),
         "error_rows": sum(a["error_rows"] for a in per_arm.values()),
         "setup": setup(evidence),

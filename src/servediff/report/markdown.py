@@ -60,6 +60,9 @@ def render(summary: dict[str, Any], run_name: str) -> str:
         lines += [f"- `{f['arm']}` load {f['load']} attempt {f['attempt']}: {f['error'] or 'died'}"
                   for f in summary["failed_launches"]]
         lines.append("")
+    if summary["partial_cells"]:
+        lines += [f"{len(summary['partial_cells'])} cell(s) were cut short by an engine death; "
+                  "their rows are kept under `partial/` and not compared.", ""]
     lines += ["## What were you serving", ""]
     for arm, a in s["arms"].items():
         opts = ", ".join(f"{k}={v}" for k, v in sorted(a["options"].items()))
