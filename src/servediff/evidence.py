@@ -72,6 +72,13 @@ class Stop(Model):
     needed_kill: bool
     stop_seconds: float
     port_closed: bool
+    # No process of the engine's process group is left alive.
+    group_gone: bool
+    # GPU memory (MiB by pid) held by the engine's processes before the stop and
+    # still held after it; None without a GPU. Released = nothing held after.
+    gpu_memory_before_mb: dict[int, int] | None = None
+    gpu_memory_after_mb: dict[int, int] | None = None
+    gpu_memory_released: bool | None = None
     log_tail: str
 
 
@@ -86,6 +93,10 @@ class Launch(Model):
     started_at: float
     seconds_to_ready: float | None = None
     engine: dict[str, Any] = Field(default_factory=dict)
+    # KV pool tokens, slots, context: as the engine reported them at this launch.
+    capacity: dict[str, Any] = Field(default_factory=dict)
+    # An external endpoint: nothing was started or stopped.
+    external: bool = False
     weights_sha256: dict[str, str] = Field(default_factory=dict)
     error: str | None = None
     stop: Stop | None = None

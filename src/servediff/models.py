@@ -124,3 +124,29 @@ def weight_hashes(model_dir: Path) -> dict[str, str]:
         if p.suffix in {".safetensors", ".bin", ".gguf", ".pt"} and p.is_file()
     ) if model_dir.is_dir() else [model_dir]
     return {p.name: sha256_file(p) for p in files}
+
+
+def smollm2_gguf(say: Callable[[str], None]) -> tuple[Path, dict[str, str]]:
+    """The SmolLM2 GGUF itself (for engines that serve GGUF) and its hash."""
+    gguf = _installed_gguf() or _fetched_gguf(say)
+    _, hashes = smollm2_dir(say)
+    return gguf, {"gguf_sha256": hashes["gguf_sha256"]}
+
+
+def bos_token_id(model: Path) -> int | None:
+    """The BOS id a model's own files declare, for engines that do not report it."""
+    if model.is_dir():
+        for name in ("config.json", "generation_config.json"):
+            path = model / name
+            if path.exists():
+                value = json.loads(path.read_text(encoding="utf-8")).get("bos_token_id")
+                if isinstance(value, int):
+                    return value
+        return None
+    if model.suffix == ".gguf":
+        from gguf import GGUFReader
+
+        field = GGUFReader(model).fields.get("tokenizer.ggml.bos_token_id")
+        if field is not None:
+            return int(field.parts[field.data[0]][0])
+    return None

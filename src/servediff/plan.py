@@ -70,14 +70,38 @@ class ThresholdSpec(Strict):
 
 
 class LaunchSpec(Strict):
+    # Command template; {model}, {host} and {port} are filled in per load and the
+    # arm's args appended. Default: the engine's own (see `servediff engines`).
+    command: list[str] | None = None
+    # Environment for every arm; an arm's env is merged over it.
+    env: dict[str, str] = Field(default_factory=dict)
     start_timeout_s: Annotated[float, Field(gt=0)] = 600.0
     stop_grace_s: Annotated[float, Field(gt=0)] = 15.0
+    # Launches per load and run: after a crash or a failed start the arm is
+    # started again for the cells still missing.
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 2
+
+    @field_validator("command")
+    @classmethod
+    def _placeholders(cls, command: list[str] | None) -> list[str] | None:
+        if command is not None:
+            if not command:
+                raise ValueError("must not be empty")
+            for part in command:
+                for name in re.findall(r"\{([^}]*)\}", part):
+                    if name not in ("model", "host", "port"):
+                        raise ValueError(
+                            f"unknown placeholder {{{name}}}; known: {{model}}, {{host}}, {{port}}"
+                        )
+        return command
 
 
 class Plan(Strict):
     name: str = "unnamed"
     engine: str
     model: str
+    # An external endpoint that servediff does not start (engine = "openai").
+    base_url: str | None = None
     loads_per_arm: Annotated[int, Field(ge=1, le=50)] = 2
     engine_options: dict[str, Any] = Field(default_factory=dict)
     arms: dict[str, ArmSpec]
@@ -143,14 +167,15 @@ def load_plan_file(path: Path) -> tuple[Plan, Corpus]:
 
 
 def resolve_plan(raw: dict[str, Any], source: str, base_dir: Path) -> tuple[Plan, Corpus]:
-    from servediff.engines.registry import validate_arm_options
+    from servediff.engines.registry import validate_engine
 
     try:
         plan = Plan.model_validate(raw)
     except ValidationError as exc:
         raise PlanError(describe(exc, source)) from None
-    validate_arm_options(plan, source)
-    if plan.model not in BUILTIN_MODELS and not (base_dir / plan.model).expanduser().exists():
+    validate_engine(plan, source)
+    local = plan.base_url is None and plan.model not in BUILTIN_MODELS
+    if local and not (base_dir / plan.model).expanduser().exists():
         raise PlanError(
             f"{source}: model: {plan.model!r} is neither a built-in model "
             f"({', '.join(BUILTIN_MODELS)}) nor an existing path"

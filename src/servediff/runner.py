@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from servediff import atomic, models
 from servediff.bundle import Layout, read_versioned, write_manifest
@@ -92,13 +92,20 @@ def ensure_writable(root: Path) -> None:
 
 
 def resolve_model(
-    plan: Plan, base_dir: Path, say: Callable[[str], None]
-) -> tuple[str, dict[str, str]]:
+    plan: Plan, adapter: EngineAdapter, base_dir: Path, say: Callable[[str], None]
+) -> tuple[str, dict[str, str], int | None]:
+    """The model path as this engine serves it, its weight hashes and declared BOS id."""
+    if plan.base_url is not None:
+        return plan.model, {}, None
     if plan.model == "smollm2":
-        path, hashes = models.smollm2_dir(say)
-        return str(path), hashes
-    path = (base_dir / plan.model).expanduser().resolve()
-    return str(path), models.weight_hashes(path)
+        if adapter.model_format == "gguf":
+            path, hashes = models.smollm2_gguf(say)
+        else:
+            path, hashes = models.smollm2_dir(say)
+    else:
+        path = (base_dir / plan.model).expanduser().resolve()
+        hashes = models.weight_hashes(path)
+    return str(path), hashes, models.bos_token_id(path)
 
 
 def nll(logprobs: list[float]) -> float:
@@ -128,9 +135,16 @@ class Runner:
         if not pending:
             self.obs.note("every cell of this plan is already measured; nothing to run")
             return
-        model, weights = resolve_model(self.plan, self.base_dir, self.obs.note)
+        model, weights, bos = resolve_model(self.plan, self.adapter, self.base_dir,
+                                            self.obs.note)
         for arm, load, todo in pending:
-            self._run_load(arm, load, todo, model, weights)
+            # A load whose engine failed or died is started again (a new launch of the
+            # same load) for the cells it left, up to max_attempts launches per run.
+            for _ in range(self.plan.launch.max_attempts):
+                self._run_load(arm, load, todo, model, weights, bos)
+                todo = [c for c in todo if not self.layout.cell(c.name).exists()]
+                if not todo:
+                    break
 
     def _load_record(self, arm: str, load: int) -> LoadRecord:
         path = self.layout.load(load_name(arm, load))
@@ -142,49 +156,68 @@ class Runner:
         atomic.write_json(self.layout.load(load_name(record.arm, record.load)),
                           record.model_dump(mode="json"))
 
-    def _run_load(self, arm: str, load: int, todo: list[CellSpec], model: str,
-                  weights: dict[str, str]) -> None:
-        record = self._load_record(arm, load)
-        attempt = len(record.launches) + 1
-        options = registry.arm_options(self.plan, arm)
+    def _start(self, arm: str, load: int, model: str, options: EngineOptions
+               ) -> tuple[EngineProcess | None, Launch, str]:
+        """Start the arm's engine (nothing for an external endpoint); its launch record."""
+        attempt = len(self._load_record(arm, load).launches) + 1
+        base: dict[str, Any] = dict(attempt=attempt, options=options.model_dump(mode="json"),
+                                    host=HOST, started_at=time.time())
+        if self.plan.base_url is not None:
+            launch = Launch(**base, command=[], env_diff={}, port=0, pid=0, external=True)
+            return None, launch, self.plan.base_url.rstrip("/")
         port = free_port(HOST)
-        spec = self.adapter.launch(model, HOST, port, self.plan.arms[arm].args, options)
-        env = {**spec.env, **self.plan.arms[arm].env}
-        self.obs.load_starting(arm, load, attempt)
+        spec = self.adapter.launch(self.plan.launch.command, model, HOST, port,
+                                   self.plan.arms[arm].args, options)
+        env = {**spec.env, **self.plan.launch.env, **self.plan.arms[arm].env}
         proc = EngineProcess(spec.argv, env, self.layout.log(load_name(arm, load)), HOST, port)
-        launch = Launch(
-            attempt=attempt, command=spec.argv, env_diff=env,
-            options=options.model_dump(mode="json"), host=HOST, port=port, pid=proc.pid,
-            started_at=proc.started_at, weights_sha256=weights,
-        )
+        base["started_at"] = proc.started_at
+        launch = Launch(**base, command=spec.argv, env_diff=env, port=port, pid=proc.pid)
+        return proc, launch, f"http://{HOST}:{port}"
+
+    def _run_load(self, arm: str, load: int, todo: list[CellSpec], model: str,
+                  weights: dict[str, str], bos: int | None) -> None:
+        record = self._load_record(arm, load)
+        options = registry.arm_options(self.plan, arm)
+        self.obs.load_starting(arm, load, len(record.launches) + 1)
+        t0 = time.monotonic()
+        proc, launch, url = self._start(arm, load, model, options)
+        launch.weights_sha256 = weights
         record.launches.append(launch)
         self._write_load(record)
-        client = EngineClient(f"http://{HOST}:{port}", self.plan.scoring.request_timeout_s)
+        client = EngineClient(url, self.plan.scoring.request_timeout_s)
         try:
-            self._wait_ready(proc, client, launch)
+            self._wait_ready(proc, client, launch, options, t0)
+            if launch.engine.get("bos_token_id") is None and bos is not None:
+                launch.engine["bos_token_id"] = bos
+                launch.engine["bos_token_id_from"] = "model files"
             self._write_load(record)
             self.obs.load_ready(arm, load, launch.seconds_to_ready or 0.0)
-            ids = self._tokenize(client, launch)
+            ids = self._tokenize(client, launch, options)
             for cell in todo:
-                self._run_cell(cell, client, proc, ids, options, attempt)
+                self._run_cell(cell, client, proc, ids, options, launch.attempt)
                 write_manifest(self.layout.root)
         except EngineError as exc:
             launch.error = str(exc)
             self.obs.note(f"{arm} load {load}: {exc}")
         finally:
             client.close()
-            stop = proc.stop(self.plan.launch.stop_grace_s)
-            launch.stop = Stop(**asdict(stop))
+            if proc is not None:
+                stop = proc.stop(self.plan.launch.stop_grace_s)
+                launch.stop = Stop(**asdict(stop),
+                                   gpu_memory_released=stop.gpu_memory_released)
+                log = self.layout.log(load_name(arm, load)).read_text(errors="replace")
+                launch.capacity = {**self.adapter.capacity_from_log(log), **launch.capacity}
             launch.finished_at = time.time()
             self._write_load(record)
             write_manifest(self.layout.root)
 
-    def _wait_ready(self, proc: EngineProcess, client: EngineClient, launch: Launch) -> None:
+    def _wait_ready(self, proc: EngineProcess | None, client: EngineClient, launch: Launch,
+                    options: EngineOptions, t0: float) -> None:
         """Ready = health answers, version read, and one real scoring request completed."""
         deadline = time.monotonic() + self.plan.launch.start_timeout_s
         path = self.adapter.health_path()
         while not client.healthy(path):
-            if not proc.alive():
+            if proc is not None and not proc.alive():
                 raise EngineStartError(
                     f"engine exited with code {proc.proc.returncode} before it was ready"
                 )
@@ -194,11 +227,12 @@ class Runner:
                 )
             time.sleep(0.1)
         info = self.adapter.info(client)
-        probe = self.adapter.tokenize(client, "Ready check: one real request.")
-        self.adapter.score(client, [probe])
-        launch.seconds_to_ready = round(proc.seconds_since_start(), 3)
+        probe = self.adapter.tokenize(client, "Ready check: one real request.", options)
+        self.adapter.score(client, [probe], options)
+        launch.seconds_to_ready = round(time.monotonic() - t0, 3)
         launch.engine = {**info.raw, "version": info.version, "bos_token_id": info.bos_token_id,
                          "max_model_len": info.max_model_len}
+        launch.capacity = dict(info.capacity)
 
     def _prefix(self, launch: Launch) -> tuple[list[int], str]:
         prefix = self.plan.scoring.prefix
@@ -208,16 +242,17 @@ class Runner:
             bos = launch.engine.get("bos_token_id")
             if bos is None:
                 raise EngineStartError(
-                    "scoring.prefix = \"bos\" but the engine reports no BOS token; "
-                    "set scoring.prefix to \"none\" or a token id"
+                    "scoring.prefix = \"bos\" but neither the engine nor the model files "
+                    "declare a BOS token; set scoring.prefix to \"none\" or a token id"
                 )
             return [int(bos)], f"bos:{bos}"
         return [int(prefix)], f"id:{prefix}"
 
-    def _tokenize(self, client: EngineClient, launch: Launch) -> dict[str, tuple[list[int], str]]:
+    def _tokenize(self, client: EngineClient, launch: Launch, options: EngineOptions
+                  ) -> dict[str, tuple[list[int], str]]:
         head, label = self._prefix(launch)
         return {
-            t.tag: (head + self.adapter.tokenize(client, t.text), label)
+            t.tag: (head + self.adapter.tokenize(client, t.text, options), label)
             for t in self.corpus.texts
         }
 
@@ -227,7 +262,7 @@ class Runner:
             random.Random(f"{cell.arm}/{cell.load}/{cell.repeat}").shuffle(tags)
         return tags
 
-    def _run_cell(self, cell: CellSpec, client: EngineClient, proc: EngineProcess,
+    def _run_cell(self, cell: CellSpec, client: EngineClient, proc: EngineProcess | None,
                   ids: dict[str, tuple[list[int], str]], options: EngineOptions,
                   attempt: int) -> None:
         order = self._order(cell)
@@ -240,7 +275,7 @@ class Runner:
             batch = [ids[tag][0] for tag in batch_tags]
             r0 = time.monotonic()
             try:
-                results = self.adapter.score(client, batch)
+                results = self.adapter.score(client, batch, options)
                 error = None
             except EngineError as exc:
                 results, error = [], str(exc)
@@ -251,7 +286,7 @@ class Runner:
                 records.append(_record(tag, token_ids, label, batch_no, len(batch_tags),
                                        seconds, results[i] if error is None else None, error))
             self.obs.cell_advanced(len(records))
-            if error is not None and not proc.alive():
+            if error is not None and proc is not None and not proc.alive():
                 # The rows measured before the death are evidence too: kept apart,
                 # so the cell itself stays to be measured again on resume.
                 partial = self._cell(cell, attempt, order, started, t0, engine_seconds,

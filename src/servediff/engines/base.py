@@ -1,20 +1,29 @@
 """The adapter interface every engine implements, and what a score result is.
 
 The split follows lm-evaluation-harness's TemplateAPI: `EngineClient`
-(transport.py) owns HTTP, timeouts and retries; an adapter only says how to
-launch its engine, builds payloads and parses responses. The runner asks an
-adapter only for what its `capabilities` declare.
+(transport.py) owns HTTP, timeouts, retries and concurrency; an adapter only
+says how to launch its engine, builds payloads and parses responses. The
+runner asks an adapter only for what its `capabilities` declare:
+
+    score     teacher-forced prompt logprobs
+    generate  greedy generation
+    capacity  KV pool size / slots as the engine reports them
+    version   engine version or build
+    metrics   a Prometheus /metrics endpoint
+    reload    servediff starts and stops it (not an external endpoint)
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from servediff.engines.transport import EngineClient
+
+PLACEHOLDERS = ("model", "host", "port")
 
 
 class EngineOptions(BaseModel):
@@ -22,7 +31,8 @@ class EngineOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    batch_size: int = 1
+    # Texts per scoring request; the engine decides how it batches them.
+    batch_size: int = Field(default=1, ge=1)
 
 
 @dataclass(frozen=True)
@@ -47,27 +57,60 @@ class EngineInfo:
     version: dict[str, Any]
     bos_token_id: int | None
     max_model_len: int | None
+    # KV pool in tokens and concurrent sequences, as the engine reports them.
+    capacity: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+
+
+def fill_template(template: list[str], model: str, host: str, port: int) -> list[str]:
+    """Replace {model}, {host}, {port} in each argument of a launch template."""
+    values = {"model": model, "host": host, "port": str(port)}
+    out = []
+    for part in template:
+        for key, value in values.items():
+            part = part.replace("{" + key + "}", value)
+        out.append(part)
+    return out
 
 
 class EngineAdapter(ABC):
     name: ClassVar[str]
     capabilities: ClassVar[frozenset[str]]
     options_model: ClassVar[type[EngineOptions]] = EngineOptions
+    # What a built-in model is served as: a HF folder or a GGUF file.
+    model_format: ClassVar[Literal["hf-dir", "gguf"]] = "hf-dir"
+    default_command: ClassVar[list[str]] = []
+    # Said wherever the engine is listed, e.g. that it never ran against the real thing.
+    caveat: ClassVar[str | None] = None
 
-    @abstractmethod
-    def launch(
-        self, model: str, host: str, port: int, args: list[str], options: EngineOptions
-    ) -> LaunchSpec: ...
+    def launch(self, template: list[str] | None, model: str, host: str, port: int,
+               args: list[str], options: EngineOptions) -> LaunchSpec:
+        argv = fill_template(template or self.default_command, model, host, port)
+        return LaunchSpec(argv=[*argv, *self.option_args(options), *args],
+                          env=self.option_env(options))
+
+    def option_args(self, options: EngineOptions) -> list[str]:
+        return []
+
+    def option_env(self, options: EngineOptions) -> dict[str, str]:
+        return {}
+
+    def executable(self, template: list[str] | None) -> str:
+        return (template or self.default_command)[0]
 
     @abstractmethod
     def info(self, client: EngineClient) -> EngineInfo: ...
 
     @abstractmethod
-    def tokenize(self, client: EngineClient, text: str) -> list[int]: ...
+    def tokenize(self, client: EngineClient, text: str, options: EngineOptions) -> list[int]: ...
 
     @abstractmethod
-    def score(self, client: EngineClient, batch: list[list[int]]) -> list[Scored]: ...
+    def score(self, client: EngineClient, batch: list[list[int]],
+              options: EngineOptions) -> list[Scored]: ...
+
+    def capacity_from_log(self, log_text: str) -> dict[str, Any]:
+        """Capacity the engine only prints at start-up (vLLM's KV cache line)."""
+        return {}
 
     def health_path(self) -> str:
         return "/health"

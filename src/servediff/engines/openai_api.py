@@ -1,9 +1,14 @@
 """Payloads and parsing for vLLM-style `/v1/completions` prompt logprobs.
 
 Shared by every engine that speaks this dialect (the embedded transformers
-server and vLLM). `prompt_logprobs` is a list with one entry per prompt token:
-entry 0 is null, entry i maps token-id strings to `{"logprob": ...}` and
-always contains the prompt token itself.
+server, vLLM, external OpenAI-compatible endpoints). Two forms:
+
+- `prompt_logprobs`: a list with one entry per prompt token; entry 0 is null,
+  entry i maps token-id strings to `{"logprob": ...}` and always contains the
+  prompt token itself.
+- `echo` (OpenAI's legacy form): `echo: true, logprobs: 1, max_tokens: 0`;
+  `choices[i].logprobs.token_logprobs` has one value per prompt token, the
+  first null.
 """
 
 from __future__ import annotations
@@ -11,20 +16,49 @@ from __future__ import annotations
 from typing import Any
 
 from servediff.engines.base import Scored
+from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError
 
 
-def score_payload(model: str, batch: list[list[int]]) -> dict[str, Any]:
-    return {
-        "model": model,
+def tokenize(client: EngineClient, text: str, model: str | None) -> list[int]:
+    """vLLM's `/tokenize`: ids of `text` without special tokens added."""
+    payload: dict[str, Any] = {"prompt": text, "add_special_tokens": False}
+    if model is not None:
+        payload["model"] = model
+    body = client.post_json("/tokenize", payload)
+    tokens = body.get("tokens") if isinstance(body, dict) else None
+    if not isinstance(tokens, list):
+        raise EngineRequestError(f"/tokenize answered without tokens: {str(body)[:200]}")
+    return [int(t) for t in tokens]
+
+
+def score_payload(model: str | None, batch: list[list[int]], echo: bool = False
+                  ) -> dict[str, Any]:
+    payload: dict[str, Any] = {
         "prompt": batch[0] if len(batch) == 1 else batch,
-        "max_tokens": 1,
         "temperature": 0.0,
-        "prompt_logprobs": 1,
     }
+    if model is not None:
+        payload["model"] = model
+    if echo:
+        payload.update({"echo": True, "logprobs": 1, "max_tokens": 0})
+    else:
+        payload.update({"prompt_logprobs": 1, "max_tokens": 1})
+    return payload
 
 
-def parse_scores(body: Any, batch: list[list[int]]) -> list[Scored]:
+def _echo_entries(choice: dict[str, Any], ids: list[int]) -> list[Any]:
+    """Turn the echo form into prompt_logprobs-shaped entries for the shared parser."""
+    values = (choice.get("logprobs") or {}).get("token_logprobs")
+    if not isinstance(values, list):
+        raise EngineRequestError("echo response has no logprobs.token_logprobs")
+    entries: list[Any] = [values[0] if values else None]
+    for pos, value in enumerate(values[1:len(ids)], start=1):
+        entries.append(None if value is None else {str(ids[pos]): {"logprob": value}})
+    return entries
+
+
+def parse_scores(body: Any, batch: list[list[int]], echo: bool = False) -> list[Scored]:
     try:
         choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
     except (KeyError, TypeError, AttributeError):
@@ -35,9 +69,14 @@ def parse_scores(body: Any, batch: list[list[int]]) -> list[Scored]:
         raise EngineRequestError(f"asked {len(batch)} prompts, got {len(choices)} choices")
     usage = body.get("usage") or {}
     per_prompt = usage.get("prompt_tokens_per_prompt")
+    # With several prompts and no per-prompt count, only the total can be checked.
+    total_off = (
+        per_prompt is None and len(batch) > 1 and "prompt_tokens" in usage
+        and int(usage["prompt_tokens"]) != sum(len(ids) for ids in batch)
+    )
     out = []
     for i, (choice, ids) in enumerate(zip(choices, batch, strict=True)):
-        entries = choice.get("prompt_logprobs")
+        entries = _echo_entries(choice, ids) if echo else choice.get("prompt_logprobs")
         if not isinstance(entries, list):
             raise EngineRequestError("response has no prompt_logprobs; engine cannot score")
         logprobs: list[float] = []
@@ -65,6 +104,9 @@ def parse_scores(body: Any, batch: list[list[int]]) -> list[Scored]:
                        f"(expected {len(ids) - 1})")
         if invalid is None and server_tokens is not None and server_tokens != len(ids):
             invalid = f"server counted {server_tokens} prompt tokens, {len(ids)} were sent"
+        if invalid is None and total_off:
+            invalid = (f"server counted {usage['prompt_tokens']} prompt tokens for the batch, "
+                       f"{sum(len(x) for x in batch)} were sent")
         out.append(Scored(
             token_logprobs=logprobs,
             ranks=ranks if len(ranks) == len(logprobs) else None,

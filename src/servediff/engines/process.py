@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from servediff import gpu
+
 LOG_TAIL_BYTES = 4000
 
 
@@ -41,6 +43,23 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is `pgid`, read from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # Fields after the ")" that closes the command name: state, ppid, pgrp, ...
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
 @dataclass(frozen=True)
 class StopRecord:
     died_before_stop: bool
@@ -49,7 +68,16 @@ class StopRecord:
     needed_kill: bool
     stop_seconds: float
     port_closed: bool
+    group_gone: bool
+    # MiB of GPU memory the engine's processes held before the stop / still held
+    # after it; None where there is no GPU or no NVML.
+    gpu_memory_before_mb: dict[int, int] | None
+    gpu_memory_after_mb: dict[int, int] | None
     log_tail: str
+
+    @property
+    def gpu_memory_released(self) -> bool | None:
+        return None if self.gpu_memory_after_mb is None else not self.gpu_memory_after_mb
 
 
 def tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
@@ -96,6 +124,8 @@ class EngineProcess:
     def stop(self, grace_s: float) -> StopRecord:
         t0 = time.monotonic()
         died_before = self.proc.poll() is not None
+        members = set(group_members(self.proc.pid)) | {self.proc.pid}
+        gpu_before = gpu.memory_by_pid(members)
         needed_kill = False
         if not died_before:
             self._signal_group(signal.SIGTERM)
@@ -110,6 +140,12 @@ class EngineProcess:
         deadline = time.monotonic() + 10
         while port_open(self.host, self.port) and time.monotonic() < deadline:
             time.sleep(0.1)
+        while group_members(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        gpu_after = gpu.memory_by_pid(members) if gpu_before else gpu_before
+        while gpu_after and time.monotonic() < deadline:
+            time.sleep(0.5)
+            gpu_after = gpu.memory_by_pid(members)
         self._log.close()
         rc = self.proc.returncode
         return StopRecord(
@@ -119,6 +155,9 @@ class EngineProcess:
             needed_kill=needed_kill,
             stop_seconds=round(time.monotonic() - t0, 3),
             port_closed=not port_open(self.host, self.port),
+            group_gone=not group_members(self.proc.pid),
+            gpu_memory_before_mb=gpu_before,
+            gpu_memory_after_mb=gpu_after,
             log_tail=tail(self.log_path),
         )
 

@@ -12,9 +12,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from servediff.engines import openai_api
-from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions, LaunchSpec, Scored
+from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions, Scored
 from servediff.engines.transport import EngineClient
-from servediff.errors import EngineRequestError
 
 
 class TransformersOptions(EngineOptions):
@@ -28,20 +27,16 @@ class TransformersAdapter(EngineAdapter):
     name = "transformers"
     capabilities: ClassVar[frozenset[str]] = frozenset({"score", "version", "reload"})
     options_model = TransformersOptions
+    default_command: ClassVar[list[str]] = [
+        sys.executable, "-m", "servediff.engines.hf_server",
+        "--model", "{model}", "--host", "{host}", "--port", "{port}",
+    ]
 
-    def launch(
-        self, model: str, host: str, port: int, args: list[str], options: EngineOptions
-    ) -> LaunchSpec:
+    def option_args(self, options: EngineOptions) -> list[str]:
         assert isinstance(options, TransformersOptions)
-        argv = [
-            sys.executable, "-m", "servediff.engines.hf_server",
-            "--model", model, "--host", host, "--port", str(port),
-            "--device", options.device, "--dtype", options.dtype,
-            "--attn-implementation", options.attn_implementation,
-            "--threads", str(options.threads),
-            *args,
-        ]
-        return LaunchSpec(argv=argv, env={})
+        return ["--device", options.device, "--dtype", options.dtype,
+                "--attn-implementation", options.attn_implementation,
+                "--threads", str(options.threads)]
 
     def info(self, client: EngineClient) -> EngineInfo:
         raw: dict[str, Any] = client.get_json("/version")
@@ -52,13 +47,10 @@ class TransformersAdapter(EngineAdapter):
             raw=raw,
         )
 
-    def tokenize(self, client: EngineClient, text: str) -> list[int]:
-        body = client.post_json("/tokenize", {"prompt": text, "add_special_tokens": False})
-        tokens = body.get("tokens") if isinstance(body, dict) else None
-        if not isinstance(tokens, list):
-            raise EngineRequestError(f"/tokenize answered without tokens: {str(body)[:200]}")
-        return [int(t) for t in tokens]
+    def tokenize(self, client: EngineClient, text: str, options: EngineOptions) -> list[int]:
+        return openai_api.tokenize(client, text, model=None)
 
-    def score(self, client: EngineClient, batch: list[list[int]]) -> list[Scored]:
+    def score(self, client: EngineClient, batch: list[list[int]],
+              options: EngineOptions) -> list[Scored]:
         body = client.post_json("/v1/completions", openai_api.score_payload("default", batch))
         return openai_api.parse_scores(body, batch)

@@ -8,6 +8,7 @@ crash that the runner must record.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -45,6 +46,15 @@ class EngineClient:
                 time.sleep(0.2 * (attempt + 1))
         raise EngineRequestError(f"GET {path}: {type(last).__name__}: {last}")
 
+    def get_text(self, path: str, timeout_s: float = 10.0) -> str:
+        try:
+            response = self._http.get(path, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise EngineRequestError(f"GET {path}: {type(exc).__name__}: {exc}") from None
+        if response.status_code != 200:
+            raise EngineRequestError(f"GET {path}: HTTP {response.status_code}")
+        return response.text
+
     def healthy(self, path: str, timeout_s: float = 2.0) -> bool:
         try:
             return self._http.get(path, timeout=timeout_s).status_code == 200
@@ -59,6 +69,18 @@ class EngineClient:
         except httpx.TransportError as exc:
             raise EngineRequestError(f"POST {path}: {type(exc).__name__}: {exc}") from None
         return self._decode(path, response)
+
+    def post_many(self, path: str, payloads: list[dict[str, Any]],
+                  concurrency: int) -> list[Any]:
+        """POST each payload with up to `concurrency` in flight; results in order.
+
+        The first failure is raised after the requests already in flight finish,
+        so the caller sees the same error it would have seen one at a time.
+        """
+        if concurrency <= 1 or len(payloads) <= 1:
+            return [self.post_json(path, p) for p in payloads]
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            return list(pool.map(lambda p: self.post_json(path, p), payloads))
 
     @staticmethod
     def _decode(path: str, response: httpx.Response) -> Any:

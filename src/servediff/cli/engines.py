@@ -1,0 +1,28 @@
+"""`servediff engines`: adapters, what each can measure, and whether it is found here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from servediff.cli.console import out
+from servediff.engines import discovery, registry
+
+
+@click.command()
+def engines() -> None:
+    """List engine adapters, their capabilities, and whether each is found here."""
+    table = Table("engine", "capabilities", "default launch", "found on this machine", "note")
+    for name in registry.ENGINES:
+        adapter = registry.create(name)
+        table.add_row(
+            name,
+            ", ".join(sorted(adapter.capabilities)),
+            " ".join([Path(adapter.default_command[0]).name, *adapter.default_command[1:]])
+            if adapter.default_command else "-",
+            discovery.locate(name) or "[red]not found[/red]",
+            adapter.caveat or "",
+        )
+    out.print(table)

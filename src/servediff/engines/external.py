@@ -1,0 +1,60 @@
+"""Adapter for an external OpenAI-compatible endpoint that servediff does not start.
+
+No reloads are possible, so across-load drift cannot be measured; the plan is
+refused with more than one load per arm, and the report says so. Scoring uses
+the vLLM dialect (`prompt_logprobs`) or the OpenAI `echo` form; tokenizing uses
+a vLLM-style `/tokenize`, which many OpenAI-compatible servers provide.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from servediff.engines import openai_api
+from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions, Scored
+from servediff.engines.transport import EngineClient
+from servediff.errors import EngineRequestError
+
+
+class ExternalOptions(EngineOptions):
+    score_form: Literal["prompt_logprobs", "echo"] = "prompt_logprobs"
+    # The served model name; default: the first one /v1/models lists.
+    served_model: str | None = None
+
+
+class ExternalAdapter(EngineAdapter):
+    name = "openai"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"score", "version"})
+    options_model = ExternalOptions
+
+    def __init__(self) -> None:
+        self._served: str | None = None
+
+    def health_path(self) -> str:
+        return "/v1/models"
+
+    def info(self, client: EngineClient) -> EngineInfo:
+        models = client.get_json("/v1/models")
+        try:
+            first = models["data"][0]
+        except (KeyError, IndexError, TypeError):
+            raise EngineRequestError(f"/v1/models lists no model: {str(models)[:200]}") from None
+        self._served = str(first["id"])
+        return EngineInfo(version={"engine": "external", "model": self._served},
+                          bos_token_id=None, max_model_len=first.get("max_model_len"),
+                          raw={"model": first})
+
+    def _model(self, options: EngineOptions) -> str | None:
+        assert isinstance(options, ExternalOptions)
+        return options.served_model or self._served
+
+    def tokenize(self, client: EngineClient, text: str, options: EngineOptions) -> list[int]:
+        return openai_api.tokenize(client, text, model=self._model(options))
+
+    def score(self, client: EngineClient, batch: list[list[int]],
+              options: EngineOptions) -> list[Scored]:
+        assert isinstance(options, ExternalOptions)
+        echo = options.score_form == "echo"
+        body = client.post_json("/v1/completions",
+                                openai_api.score_payload(self._model(options), batch, echo=echo))
+        return openai_api.parse_scores(body, batch, echo=echo)

@@ -1,0 +1,106 @@
+"""Adapter for SGLang's native HTTP API.
+
+NOT RUN AGAINST A REAL SGLANG. SGLang cannot be installed on the machines this
+project is developed and tested on (its wheel needs the CUDA stack; its CPU
+path needs Intel AMX and a kernel package the registries lack), and the GPU
+machine has no SGLang either. This adapter follows SGLang's documented API and
+is tested against response shapes written from that documentation, nothing
+more. Treat its first real run as a validation, not a measurement.
+
+Scoring: `/generate` with `input_ids`, `return_logprob: true`,
+`logprob_start_len: 0`, `max_new_tokens: 1`; `meta_info.input_token_logprobs`
+holds `[logprob, token_id, text]` per prompt token, the first logprob null.
+Capacity and version: `/get_server_info` (`max_total_num_tokens`, `version`).
+The deterministic-inference flags (`--enable-deterministic-inference`,
+`--attention-backend ...`) are ordinary arm args.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, ClassVar
+
+from servediff.engines import openai_api
+from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions, Scored
+from servediff.engines.transport import EngineClient
+from servediff.errors import EngineRequestError
+
+
+def _find(data: Any, key: str) -> Any:
+    """`key` at the top level or inside `internal_states[0]` (newer SGLang versions)."""
+    if isinstance(data, dict):
+        if key in data:
+            return data[key]
+        states = data.get("internal_states")
+        if isinstance(states, list) and states and isinstance(states[0], dict):
+            return states[0].get(key)
+    return None
+
+
+def parse_generate(body: Any, batch: list[list[int]]) -> list[Scored]:
+    items = body if isinstance(body, list) else [body]
+    if len(items) != len(batch):
+        raise EngineRequestError(f"asked {len(batch)} prompts, got {len(items)} results")
+    out = []
+    for item, ids in zip(items, batch, strict=True):
+        meta = item.get("meta_info") if isinstance(item, dict) else None
+        entries = meta.get("input_token_logprobs") if isinstance(meta, dict) else None
+        if not isinstance(entries, list):
+            raise EngineRequestError("/generate answered without meta_info.input_token_logprobs")
+        logprobs: list[float] = []
+        invalid = None
+        if entries and entries[0][0] is not None:
+            invalid = "input_token_logprobs[0] is not null"
+        for pos, entry in enumerate(entries[1:], start=1):
+            if invalid is not None or pos >= len(ids):
+                break
+            value, token = entry[0], entry[1]
+            if token != ids[pos] or value is None:
+                invalid = f"position {pos}: expected token {ids[pos]}, got {token} ({value})"
+                break
+            logprobs.append(float(value))
+        server = meta.get("prompt_tokens") if isinstance(meta, dict) else None
+        if invalid is None and len(logprobs) != len(ids) - 1:
+            invalid = f"{len(logprobs)} prompt logprobs for {len(ids)} ids"
+        if invalid is None and server is not None and int(server) != len(ids):
+            invalid = f"server counted {server} prompt tokens, {len(ids)} were sent"
+        out.append(Scored(token_logprobs=logprobs, ranks=None,
+                          server_prompt_tokens=None if server is None else int(server),
+                          invalid=invalid))
+    return out
+
+
+class SglangAdapter(EngineAdapter):
+    name = "sglang"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"score", "capacity", "version", "reload"})
+    default_command: ClassVar[list[str]] = [
+        sys.executable, "-m", "sglang.launch_server", "--model-path", "{model}",
+        "--host", "{host}", "--port", "{port}",
+    ]
+    caveat = ("never run against a real SGLang (not installable here); tested against "
+              "documented response shapes only")
+
+    def info(self, client: EngineClient) -> EngineInfo:
+        raw: dict[str, Any] = client.get_json("/get_server_info")
+        total = _find(raw, "max_total_num_tokens")
+        return EngineInfo(
+            version={"engine": "sglang", "sglang": raw.get("version")},
+            bos_token_id=None,
+            max_model_len=_find(raw, "context_length"),
+            capacity={"kv_tokens": total, "max_running_requests":
+                      _find(raw, "max_running_requests")},
+            raw=raw,
+        )
+
+    def tokenize(self, client: EngineClient, text: str, options: EngineOptions) -> list[int]:
+        return openai_api.tokenize(client, text, model=None)
+
+    def score(self, client: EngineClient, batch: list[list[int]],
+              options: EngineOptions) -> list[Scored]:
+        payload = {
+            "input_ids": batch[0] if len(batch) == 1 else batch,
+            "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
+            "return_logprob": True,
+            "logprob_start_len": 0,
+        }
+        return parse_generate(client.post_json("/generate", payload), batch)

@@ -1,0 +1,104 @@
+"""Adapter for vLLM's OpenAI-compatible server.
+
+Scoring goes through `/v1/completions` with `prompt_logprobs` (or, with the
+`score_form = "echo"` option, the `echo` + `logprobs` form). Capacity comes
+from the start-up log line `... KV cache size: N tokens` and from
+`vllm:cache_config_info` on `/metrics` (blocks x block size).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Literal
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from servediff.engines import openai_api
+from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions, Scored
+from servediff.engines.transport import EngineClient
+from servediff.errors import EngineRequestError
+
+KV_LINE = re.compile(r"(GPU|CPU) KV cache size:\s*([\d,]+)\s*tokens")
+CONCURRENCY_LINE = re.compile(
+    r"Maximum concurrency for ([\d,]+) tokens per request:\s*([\d.]+)x"
+)
+
+
+class VllmOptions(EngineOptions):
+    score_form: Literal["prompt_logprobs", "echo"] = "prompt_logprobs"
+
+
+def kv_from_metrics(text: str) -> dict[str, Any]:
+    for family in text_string_to_metric_families(text):
+        if family.name.startswith("vllm:cache_config_info"):
+            for sample in family.samples:
+                labels = sample.labels
+                out: dict[str, Any] = {}
+                blocks = labels.get("num_gpu_blocks")
+                size = labels.get("block_size")
+                if blocks not in (None, "None") and size not in (None, "None"):
+                    out.update(kv_blocks=int(blocks), block_size=int(size),
+                               kv_tokens_metrics=int(blocks) * int(size))
+                # Newer versions state the pool in tokens directly.
+                if labels.get("kv_cache_size_tokens") not in (None, "None"):
+                    out["kv_tokens_metrics"] = int(labels["kv_cache_size_tokens"])
+                if labels.get("enable_prefix_caching") is not None:
+                    out["prefix_caching"] = labels["enable_prefix_caching"] == "True"
+                return out
+    return {}
+
+
+class VllmAdapter(EngineAdapter):
+    name = "vllm"
+    capabilities: ClassVar[frozenset[str]] = frozenset(
+        {"score", "capacity", "version", "metrics", "reload"}
+    )
+    options_model = VllmOptions
+    default_command: ClassVar[list[str]] = [
+        "vllm", "serve", "{model}", "--host", "{host}", "--port", "{port}",
+    ]
+
+    def __init__(self) -> None:
+        self._served: str | None = None
+
+    def info(self, client: EngineClient) -> EngineInfo:
+        version = client.get_json("/version")
+        models = client.get_json("/v1/models")
+        try:
+            first = models["data"][0]
+        except (KeyError, IndexError, TypeError):
+            raise EngineRequestError(f"/v1/models lists no model: {str(models)[:200]}") from None
+        self._served = str(first["id"])
+        capacity: dict[str, Any] = {}
+        try:
+            capacity = kv_from_metrics(client.get_text("/metrics"))
+        except EngineRequestError:
+            pass
+        return EngineInfo(
+            version={"engine": "vllm", "vllm": version.get("version")},
+            bos_token_id=None,
+            max_model_len=first.get("max_model_len"),
+            capacity={**capacity, "max_model_len": first.get("max_model_len")},
+            raw={"version": version, "model": first},
+        )
+
+    def capacity_from_log(self, log_text: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if m := KV_LINE.search(log_text):
+            out["kv_tokens"] = int(m.group(2).replace(",", ""))
+            out["kv_device"] = m.group(1)
+        if m := CONCURRENCY_LINE.search(log_text):
+            out["max_concurrency"] = float(m.group(2))
+            out["max_concurrency_at_tokens"] = int(m.group(1).replace(",", ""))
+        return out
+
+    def tokenize(self, client: EngineClient, text: str, options: EngineOptions) -> list[int]:
+        return openai_api.tokenize(client, text, model=self._served)
+
+    def score(self, client: EngineClient, batch: list[list[int]],
+              options: EngineOptions) -> list[Scored]:
+        assert isinstance(options, VllmOptions)
+        echo = options.score_form == "echo"
+        body = client.post_json("/v1/completions",
+                                openai_api.score_payload(self._served, batch, echo=echo))
+        return openai_api.parse_scores(body, batch, echo=echo)

