@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+from tests.integration.engines import TAGS, assert_all_stopped, servediff
 
-TAGS = ["prose-harbour", "code-python-lru", "json-event", "de-prose-wetter", "prose-essay-long"]
+pytestmark = pytest.mark.integration
 
 PLAN = f"""
 name = "it"
@@ -44,11 +44,6 @@ tags = {json.dumps(TAGS)}
 [probes.repeat]
 count = 1
 """
-
-
-def servediff(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "servediff", *args], capture_output=True,
-                          text=True, cwd=cwd, check=False, timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +77,7 @@ def test_every_load_was_a_real_cold_process(run_dir: Path):
         assert "servediff.engines.hf_server" in launch["command"]
     assert len(pids) == 4
     assert (run_dir / "logs" / "bs1-load1.log").read_text().count("ready on 127.0.0.1") == 1
+    assert_all_stopped(run_dir)
 
 
 def test_raw_records_are_consistent(run_dir: Path):
@@ -219,3 +215,35 @@ def test_engine_killed_mid_load_is_recorded_and_the_run_goes_on(tmp_path: Path):
     assert record["launches"][1]["stop"]["died_before_stop"] is False
     assert len(list((tmp_path / "run" / "cells").glob("*.json"))) == 4
     assert servediff("verify", "run", cwd=tmp_path).returncode == 0
+
+
+def test_external_endpoint_is_scored_but_never_reloaded(tmp_path: Path):
+    from servediff.engines.process import free_port, port_open
+    from servediff.models import smollm2_dir
+
+    model, _ = smollm2_dir(lambda message: None)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "servediff.engines.hf_server", "--model",
+                               str(model), "--port", str(port)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not port_open("127.0.0.1", port) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        (tmp_path / "plan.toml").write_text(
+            f'engine = "openai"\nmodel = "served"\nbase_url = "http://127.0.0.1:{port}"\n'
+            "loads_per_arm = 1\n[scoring]\nprefix = 1\n[arms.plain]\n"
+            f"[corpus]\ntags = {json.dumps(TAGS[:2])}\n"
+        )
+        done = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert server.poll() is None  # servediff did not stop a server it did not start
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    launch = json.loads((tmp_path / "run" / "loads" / "plain-load1.json").read_text())
+    assert launch["launches"][0]["external"] is True and launch["launches"][0]["stop"] is None
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["arms"]["plain"]["loads"][0]["ok"] == 2
+    assert any("external endpoint" in gap for gap in summary["gaps"])
+    assert "servediff cannot reload a server it did not start" in \
+        (tmp_path / "run" / "report.md").read_text()

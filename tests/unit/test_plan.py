@@ -114,3 +114,32 @@ def test_tampered_lock_is_detected(write, tmp_path: Path):
     path.write_text(path.read_text().replace('"loads_per_arm": 2', '"loads_per_arm": 3'))
     with pytest.raises(PlanError, match="stored sha256 does not match"):
         read_lock(tmp_path / "run")
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ('engine = "openai"\nmodel = "m"\n[arms.a]\n', "base_url: required"),
+        ('engine = "openai"\nmodel = "m"\nbase_url = "http://127.0.0.1:1"\n[arms.a]\n',
+         "loads_per_arm: must be 1"),
+        ('engine = "openai"\nmodel = "m"\nbase_url = "http://127.0.0.1:1"\nloads_per_arm = 1\n'
+         '[arms.a]\nargs = ["--x"]\n', "arms.a: args and env need a server"),
+        ('engine = "vllm"\nmodel = "smollm2"\nbase_url = "http://127.0.0.1:1"\n[arms.a]\n',
+         "base_url: engine 'vllm' is started by servediff"),
+        ('engine = "vllm"\nmodel = "smollm2"\n[launch]\ncommand = ["vllm", "{modle}"]\n'
+         "[arms.a]\n", "unknown placeholder {modle}"),
+        ('engine = "llamacpp"\nmodel = "smollm2"\n[arms.a]\noptions = { concurrency = 0 }\n',
+         "arms.a.options.concurrency"),
+    ],
+)
+def test_engine_specific_plan_errors(write, body, expected):
+    with pytest.raises(PlanError) as info:
+        load_plan_file(write("p.toml", body))
+    assert expected in str(info.value)
+
+
+def test_external_plan_is_valid_with_one_load(write):
+    plan, _ = load_plan_file(write("p.toml", 'engine = "openai"\nmodel = "served"\n'
+                                   'base_url = "http://127.0.0.1:1"\nloads_per_arm = 1\n'
+                                   '[arms.a]\noptions = { score_form = "echo" }\n'))
+    assert plan.base_url == "http://127.0.0.1:1"

@@ -163,7 +163,10 @@ def summarize(evidence: Evidence) -> dict[str, Any]:
         got = len(per_arm[arm]["loads"])
         if got < expected_loads:
             gaps.append(f"{arm}: {got} of {expected_loads} planned loads have a score cell")
-    if expected_loads < 2:
+    if plan.get("base_url"):
+        gaps.append("across-load drift: an external endpoint; servediff cannot reload a "
+                    "server it did not start, so cold reloads were not compared")
+    elif expected_loads < 2:
         gaps.append("across-load drift: one load per arm, so cold reloads were not compared")
     if plan["probes"]["repeat"]["count"] == 0:
         gaps.append("within-load drift: no repeat probe was run")
@@ -212,7 +215,9 @@ def setup(evidence: Evidence) -> dict[str, Any]:
             "options": mine[0].options if mine else spec["options"],
             "command": mine[0].command if mine else None,
             "launches": len(mine),
+            "external": any(launch.external for launch in mine),
             "seconds_to_ready": ready,
+            "capacity": next((launch.capacity for launch in mine if launch.capacity), {}),
         }
     versions = sorted({
         f"{k}={v}" for _, launch in launches

@@ -128,6 +128,10 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, {"status": "ok"})
         elif self.path == "/version":
             self._send(200, self.engine.info())
+        elif self.path == "/v1/models":
+            self._send(200, {"object": "list", "data": [
+                {"id": self.engine.name, "object": "model", "max_model_len": self.engine.max_len}
+            ]})
         else:
             self._error(404, f"no route {self.path}")
 

@@ -67,10 +67,14 @@ def render(summary: dict[str, Any], run_name: str) -> str:
     for arm, a in s["arms"].items():
         opts = ", ".join(f"{k}={v}" for k, v in sorted(a["options"].items()))
         ready = ", ".join(f"{x:.1f}" for x in a["seconds_to_ready"])
+        capacity = ", ".join(f"{k}={v}" for k, v in sorted(a["capacity"].items()))
         lines.append(f"- arm `{arm}`: options {opts or '-'}; extra args "
                      f"`{' '.join(a['args']) or '-'}`; env "
                      f"`{' '.join(f'{k}={v}' for k, v in a['env'].items()) or '-'}`; "
-                     f"seconds to ready per launch: {ready or '-'}")
+                     f"seconds to ready per launch: {ready or '-'}; "
+                     f"capacity as the engine reported it: {capacity or 'not reported'}"
+                     + ("; an external endpoint, not started by servediff"
+                        if a["external"] else ""))
     lines += [
         f"- engine versions: {', '.join(s['engine_versions']) or '-'}",
         f"- weights sha256: {', '.join(s['weights_sha256']) or '-'}",

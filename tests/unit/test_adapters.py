@@ -1,0 +1,189 @@
+"""Adapters' payloads and parsing, against response shapes of the real engines.
+
+vLLM and llama-server shapes were recorded from the real servers (see the
+integration tests); SGLang's are written from its documentation, since SGLang
+cannot run here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from servediff.engines.base import fill_template
+from servediff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions, parse_position
+from servediff.engines.openai_api import parse_scores, score_payload
+from servediff.engines.sglang import SglangAdapter
+from servediff.engines.transport import EngineClient
+from servediff.engines.vllm import VllmAdapter, kv_from_metrics
+from servediff.errors import EngineRequestError
+
+IDS = [1, 504, 28899, 3102]
+
+
+def client(handler: Any) -> EngineClient:
+    return EngineClient("http://engine", 5, transport=httpx.MockTransport(handler))
+
+
+def prompt_logprobs_body(ids: list[int], values: list[float], tokens: int | None = None
+                         ) -> dict[str, Any]:
+    entries: list[Any] = [None]
+    for tok, value in zip(ids[1:], values, strict=True):
+        entries.append({str(tok): {"logprob": value, "rank": 3}, "29": {"logprob": -0.9}})
+    return {"choices": [{"index": 0, "text": "\n", "prompt_logprobs": entries}],
+            "usage": {"prompt_tokens": tokens if tokens is not None else len(ids)}}
+
+
+def test_fill_template():
+    argv = fill_template(["srv", "--model={model}", "--port", "{port}", "{host}"], "/m", "h", 7)
+    assert argv == ["srv", "--model=/m", "--port", "7", "h"]
+
+
+def test_prompt_logprobs_parse_and_cross_checks():
+    (ok,) = parse_scores(prompt_logprobs_body(IDS, [-8.2, -19.1, -7.5]), [IDS])
+    assert ok.token_logprobs == [-8.2, -19.1, -7.5] and ok.invalid is None
+    assert ok.server_prompt_tokens == 4 and ok.ranks == [3, 3, 3]
+    (miscount,) = parse_scores(prompt_logprobs_body(IDS, [-8.2, -19.1, -7.5], tokens=5), [IDS])
+    assert miscount.invalid == "server counted 5 prompt tokens, 4 were sent"
+    short = prompt_logprobs_body(IDS, [-8.2, -19.1, -7.5])
+    short["choices"][0]["prompt_logprobs"] = short["choices"][0]["prompt_logprobs"][:3]
+    (cut,) = parse_scores(short, [IDS])
+    assert cut.invalid == "2 prompt logprobs for 4 ids (expected 3)"
+    missing = prompt_logprobs_body(IDS, [-8.2, -19.1, -7.5])
+    del missing["choices"][0]["prompt_logprobs"][2]["28899"]
+    (gone,) = parse_scores(missing, [IDS])
+    assert gone.invalid and "prompt token 28899 missing" in gone.invalid
+
+
+def test_batch_total_count_is_checked_when_per_prompt_is_absent():
+    body = {"choices": [prompt_logprobs_body(IDS, [-1.0, -2.0, -3.0])["choices"][0],
+                        {**prompt_logprobs_body(IDS[:2], [-1.0])["choices"][0], "index": 1}],
+            "usage": {"prompt_tokens": 7}}
+    results = parse_scores(body, [IDS, IDS[:2]])
+    assert all(r.invalid and "for the batch, 6 were sent" in r.invalid for r in results)
+
+
+def test_echo_form():
+    assert score_payload("m", [IDS], echo=True)["max_tokens"] == 0
+    body = {"choices": [{"index": 0, "logprobs": {"token_logprobs": [None, -1.5, -2.5, -0.5],
+                                                  "tokens": ["a", "b", "c", "d"]}}],
+            "usage": {"prompt_tokens": 4}}
+    (r,) = parse_scores(body, [IDS], echo=True)
+    assert r.token_logprobs == [-1.5, -2.5, -0.5] and r.invalid is None
+
+
+METRICS = (
+    "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+    "# TYPE vllm:cache_config_info gauge\n"
+    'vllm:cache_config_info{block_size="128",enable_prefix_caching="True",'
+    'kv_cache_size_tokens="23296",num_cpu_blocks="None",num_gpu_blocks="182"} 1.0\n'
+)
+LOG = ("(EngineCore pid=1) INFO 11-30 09:35:23 [kv_cache_utils.py:2327] CPU KV cache size: "
+       "23,296 tokens, Maximum concurrency for 2,048 tokens per request: 11.38x\n")
+
+
+def test_vllm_capacity_from_metrics_and_log():
+    assert kv_from_metrics(METRICS) == {"kv_blocks": 182, "block_size": 128,
+                                        "kv_tokens_metrics": 23296, "prefix_caching": True}
+    assert VllmAdapter().capacity_from_log(LOG) == {
+        "kv_tokens": 23296, "kv_device": "CPU", "max_concurrency": 11.38,
+        "max_concurrency_at_tokens": 2048}
+
+
+def test_vllm_info_and_score_through_a_mock_server():
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/version":
+            return httpx.Response(200, json={"version": "0.32.0"})
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "/m", "max_model_len": 2048}]})
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=METRICS)
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json=prompt_logprobs_body(IDS, [-1.0, -2.0, -3.0]))
+
+    adapter = VllmAdapter()
+    info = adapter.info(client(handler))
+    assert info.version["vllm"] == "0.32.0" and info.capacity["kv_tokens_metrics"] == 23296
+    (r,) = adapter.score(client(handler), [IDS], adapter.options_model())
+    assert r.token_logprobs == [-1.0, -2.0, -3.0]
+    assert seen[0]["model"] == "/m" and seen[0]["prompt_logprobs"] == 1
+
+
+def test_llama_position_parse_both_formats():
+    current = {"completion_probabilities": [{"id": 3102, "token": " town", "logprob": -7.56}],
+               "tokens_evaluated": 3}
+    assert parse_position(current, 3102) == (-7.56, 3)
+    older = {"completion_probabilities": [{"content": " town", "probs": [{"prob": 0.5}]}]}
+    assert parse_position(older, 3102)[0] == pytest.approx(-0.6931471805599453)
+    with pytest.raises(EngineRequestError, match="forced token 5 but server generated 3102"):
+        parse_position(current, 5)
+
+
+def test_llama_score_sends_one_forced_request_per_position():
+    payloads: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        payloads.append(body)
+        i = len(body["prompt"])
+        forced = body["logit_bias"][0][0]
+        return httpx.Response(200, json={"tokens_evaluated": i, "completion_probabilities": [
+            {"id": forced, "logprob": -float(i)}]})
+
+    (r,) = LlamaCppAdapter().score(client(handler), [IDS], LlamaCppOptions())
+    assert r.token_logprobs == [-1.0, -2.0, -3.0] and r.invalid is None
+    assert [p["prompt"] for p in payloads] == [IDS[:1], IDS[:2], IDS[:3]]
+    assert all(p["cache_prompt"] is False and p["n_predict"] == 1 for p in payloads)
+
+
+# SGLang /generate with return_logprob, as its documentation describes it.
+SGLANG_GENERATE = {
+    "text": " town",
+    "meta_info": {
+        "prompt_tokens": 4, "completion_tokens": 1,
+        "input_token_logprobs": [[None, 1, None], [-8.2, 504, None], [-19.1, 28899, None],
+                                 [-7.5, 3102, None]],
+        "output_token_logprobs": [[-0.1, 3102, None]],
+    },
+}
+SGLANG_INFO = {"version": "0.5.23", "max_total_num_tokens": 324186, "context_length": 8192,
+               "max_running_requests": 48}
+
+
+def test_sglang_against_documented_shapes():
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/get_server_info":
+            return httpx.Response(200, json=SGLANG_INFO)
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json=SGLANG_GENERATE)
+
+    adapter = SglangAdapter()
+    info = adapter.info(client(handler))
+    assert info.capacity["kv_tokens"] == 324186 and info.version["sglang"] == "0.5.23"
+    (r,) = adapter.score(client(handler), [IDS], adapter.options_model())
+    assert r.token_logprobs == [-8.2, -19.1, -7.5] and r.invalid is None
+    assert seen[0] == {"input_ids": IDS, "sampling_params": {"max_new_tokens": 1,
+                                                             "temperature": 0.0},
+                       "return_logprob": True, "logprob_start_len": 0}
+    wrong = json.loads(json.dumps(SGLANG_GENERATE))
+    wrong["meta_info"]["input_token_logprobs"][2][1] = 7
+    r2 = adapter.score(client(lambda req: httpx.Response(200, json=wrong)), [IDS],
+                       adapter.options_model())[0]
+    assert r2.invalid == "position 2: expected token 28899, got 7 (-19.1)"
+    newer = {"version": "0.5.23", "internal_states": [{"max_total_num_tokens": 93574}]}
+    info2 = adapter.info(client(lambda req: httpx.Response(200, json=newer)))
+    assert info2.capacity["kv_tokens"] == 93574
+    assert adapter.caveat and "never run against a real SGLang" in adapter.caveat
+
+
+def test_http_error_is_an_engine_error():
+    bad = client(lambda req: httpx.Response(500, text="boom"))
+    with pytest.raises(EngineRequestError, match="HTTP 500: boom"):
+        VllmAdapter().tokenize(bad, "x", VllmAdapter.options_model())
