@@ -121,7 +121,9 @@ class EngineProcess:
     def seconds_since_start(self) -> float:
         return time.monotonic() - self._t0
 
-    def stop(self, grace_s: float) -> StopRecord:
+    def stop(self, grace_s: float, settle_s: float = 10.0) -> StopRecord:
+        """TERM the group, KILL after `grace_s`; then wait up to `settle_s` for the port,
+        the group's processes and their GPU memory to go."""
         t0 = time.monotonic()
         died_before = self.proc.poll() is not None
         members = set(group_members(self.proc.pid)) | {self.proc.pid}
@@ -137,7 +139,7 @@ class EngineProcess:
                 self.proc.wait(timeout=30)
         # Workers the engine forked may still hold the group; make sure they go.
         self._signal_group(signal.SIGKILL)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + settle_s
         while port_open(self.host, self.port) and time.monotonic() < deadline:
             time.sleep(0.1)
         while group_members(self.proc.pid) and time.monotonic() < deadline:
