@@ -50,11 +50,37 @@ class Record(Model):
     error: str | None = None
 
 
+class Response(Model):
+    """One of the identical requests of a concurrency group."""
+
+    index: int
+    status: Literal["ok", "error"]
+    token_ids: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    text: str = ""
+    # sha256 (16 hex) of the generated ids and their logprobs: what is compared.
+    hash: str | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    seconds: float = 0.0
+    error: str | None = None
+
+
+class Group(Model):
+    """`requests` identical greedy generations of one prompt, `level` in flight at once."""
+
+    length: int
+    level: int
+    max_tokens: int
+    prompt_sha256: str
+    responses: list[Response]
+
+
 class Cell(Model):
     schema_version: int = SCHEMA_VERSION
     arm: str
     load: int
-    probe: Literal["score", "repeat"]
+    probe: Literal["score", "repeat", "batch", "concurrency"]
     repeat: int
     launch: int
     order: list[str]
@@ -63,6 +89,10 @@ class Cell(Model):
     engine_seconds: float
     conditions: Conditions
     records: list[Record]
+    # concurrency probe: the groups, and the prompt ids per length
+    groups: list[Group] = Field(default_factory=list)
+    prompts: dict[int, list[int]] = Field(default_factory=dict)
+    skipped: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class Stop(Model):
@@ -111,7 +141,8 @@ class LoadRecord(Model):
 
 
 def cell_name(arm: str, load: int, probe: str, repeat: int) -> str:
-    suffix = f"-r{repeat}" if probe == "repeat" else ""
+    # `repeat` is the repeat number, or for the batch probe the batch size.
+    suffix = {"repeat": f"-r{repeat}", "batch": f"-b{repeat}"}.get(probe, "")
     return f"{arm}-load{load}-{probe}{suffix}"
 
 

@@ -49,10 +49,46 @@ class CorpusSpec(Strict):
 class RepeatProbe(Strict):
     count: Annotated[int, Field(ge=0, le=100)] = 1
     shuffle: bool = True
+    # Extra passes in the same load at these scoring batch sizes (texts per request,
+    # padded into one batch by engines that batch): batch size vs the arm's own,
+    # with the plain repeats as the control.
+    batch_sizes: list[Annotated[int, Field(ge=1, le=256)]] = Field(default_factory=list)
+
+
+class ConcurrencyProbe(Strict):
+    """Identical requests at concurrency 1 (the control) and above, per prompt length.
+
+    Short prompts hide batch-composition drift and one request at a time hides it
+    completely: the defaults are prompts of a few hundred tokens and more, levels
+    from 1 to 8, and 8 identical requests per cell.
+    """
+
+    enabled: bool = False
+    lengths: list[Annotated[int, Field(ge=2)]] = Field(default_factory=lambda: [128, 512, 1536])
+    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 2, 4, 8])
+    requests: Annotated[int, Field(ge=2, le=256)] = 8
+    max_tokens: Annotated[int, Field(ge=1, le=1024)] = 16
+
+    @field_validator("levels")
+    @classmethod
+    def _control(cls, levels: list[int]) -> list[int]:
+        if 1 not in levels:
+            raise ValueError("must include 1: concurrency 1 is the negative control")
+        if len(levels) < 2:
+            raise ValueError("needs at least one level above 1")
+        return sorted(set(levels))
+
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, lengths: list[int]) -> list[int]:
+        if not lengths:
+            raise ValueError("needs at least one prompt length")
+        return sorted(set(lengths))
 
 
 class ProbesSpec(Strict):
     repeat: RepeatProbe = RepeatProbe()
+    concurrency: ConcurrencyProbe = ConcurrencyProbe()
 
 
 class ScoringSpec(Strict):

@@ -40,6 +40,7 @@ from servediff.evidence import (
     load_name,
 )
 from servediff.plan import Plan, lock, write_lock
+from servediff.probes import concurrency
 
 HOST = "127.0.0.1"
 
@@ -78,6 +79,9 @@ def schedule(plan: Plan) -> list[tuple[str, int]]:
 def cells_of_load(plan: Plan, arm: str, load: int) -> list[CellSpec]:
     cells = [CellSpec(arm, load, "score", 0)]
     cells += [CellSpec(arm, load, "repeat", r) for r in range(1, plan.probes.repeat.count + 1)]
+    cells += [CellSpec(arm, load, "batch", b) for b in plan.probes.repeat.batch_sizes]
+    if plan.probes.concurrency.enabled:
+        cells.append(CellSpec(arm, load, "concurrency", 0))
     return cells
 
 
@@ -194,7 +198,10 @@ class Runner:
             self.obs.load_ready(arm, load, launch.seconds_to_ready or 0.0)
             ids = self._tokenize(client, launch, options)
             for cell in todo:
-                self._run_cell(cell, client, proc, ids, options, launch.attempt)
+                if cell.probe == "concurrency":
+                    self._run_concurrency(cell, client, launch, options)
+                else:
+                    self._run_cell(cell, client, proc, ids, options, launch.attempt)
                 write_manifest(self.layout.root)
         except EngineError as exc:
             launch.error = str(exc)
@@ -271,7 +278,8 @@ class Runner:
         started, t0 = time.time(), time.monotonic()
         records: list[Record] = []
         engine_seconds = 0.0
-        for batch_no, batch_tags in enumerate(_chunks(order, options.batch_size)):
+        size = cell.repeat if cell.probe == "batch" else options.batch_size
+        for batch_no, batch_tags in enumerate(_chunks(order, size)):
             batch = [ids[tag][0] for tag in batch_tags]
             r0 = time.monotonic()
             try:
@@ -302,6 +310,32 @@ class Runner:
         wall = out.wall_seconds
         self.obs.cell_finished(cell.name, wall)
 
+
+    def _run_concurrency(self, cell: CellSpec, client: EngineClient, launch: Launch,
+                         options: EngineOptions) -> None:
+        spec = self.plan.probes.concurrency
+        head, _ = self._prefix(launch)
+        stream = self.adapter.tokenize(
+            client, "\n\n".join(t.text for t in self.corpus.texts), options)
+        limit = launch.engine.get("max_model_len")
+        prompts, skipped = {}, []
+        for length in spec.lengths:
+            if limit is not None and length + spec.max_tokens > int(limit):
+                skipped.append({"length": length, "reason": f"prompt + {spec.max_tokens} "
+                                f"generated tokens exceed the context of {limit}"})
+            else:
+                prompts[length] = concurrency.prompt_of_length(stream, head, length)
+        self.obs.cell_starting(cell.name, len(prompts) * len(spec.levels))
+        conditions = read_conditions()
+        started, t0 = time.time(), time.monotonic()
+        groups = concurrency.measure(self.adapter, client, options, prompts, spec,
+                                     self.obs.cell_advanced)
+        # Every second of this cell is spent waiting on the engine's responses.
+        out = self._cell(cell, launch.attempt, [], started, t0, time.monotonic() - t0,
+                         conditions, [])
+        out.groups, out.prompts, out.skipped = groups, prompts, skipped
+        atomic.write_json(self.layout.cell(cell.name), out.model_dump(mode="json"))
+        self.obs.cell_finished(cell.name, out.wall_seconds)
 
     @staticmethod
     def _cell(cell: CellSpec, attempt: int, order: list[str], started: float, t0: float,

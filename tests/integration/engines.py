@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from servediff.engines.process import group_members
+
 # Short and long, prose, code, JSON and German: enough to see drift and to
 # check agreement between engines, small enough for 2 CPU cores.
 TAGS = ["prose-harbour", "code-python-lru", "json-event", "de-prose-wetter", "prose-essay-long"]
-
-ENGINE_MARKERS = ("servediff.engines.hf_server", "vllm.entrypoints", "llama-server")
 
 
 def servediff(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -32,22 +32,6 @@ def rows(run: Path, arm: str, load: int, probe: str = "score") -> dict[str, dict
     return {r["tag"]: r for r in cell["records"]}
 
 
-def engine_processes() -> list[str]:
-    """Command lines of engine processes still alive on this machine (not zombies)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != "Z" and any(marker in cmdline for marker in ENGINE_MARKERS):
-            found.append(f"{entry.name}: {cmdline[:200]}")
-    return found
-
-
 def assert_all_stopped(run: Path) -> None:
     """Every launch was stopped cleanly: group gone, port closed, nothing left running."""
     for path in sorted((run / "loads").glob("*.json")):
@@ -57,4 +41,34 @@ def assert_all_stopped(run: Path) -> None:
             assert stop["port_closed"] and stop["group_gone"], (path, stop)
             with socket.socket() as sock:
                 assert sock.connect_ex(("127.0.0.1", launch["port"])) != 0, path
-    assert engine_processes() == []
+            # checked again now, by pid and process group: nothing of it is alive
+            assert group_members(launch["pid"]) == [], (path, launch["pid"])
+
+
+CONCURRENCY = ("[probes.concurrency]\nenabled = true\nlengths = [64, 512]\nlevels = [1, 2, 4]\n"
+               "requests = 8\nmax_tokens = 8\n")
+
+
+def check_concurrency_table(run: Path, arm: str) -> dict:
+    """The summary's length x concurrency table, recomputed from the raw hashes."""
+    from collections import Counter
+
+    summary = json.loads((run / "summary.json").read_text())
+    conc = summary["arms"][arm]["concurrency"]
+    expected: dict[tuple[int, int], dict[str, int]] = {}
+    for path in sorted((run / "cells").glob(f"{arm}-load*-concurrency.json")):
+        for group in json.loads(path.read_text())["groups"]:
+            hashes = Counter(r["hash"] for r in group["responses"] if r["status"] == "ok")
+            assert all(r["status"] == "ok" for r in group["responses"]), group
+            entry = expected.setdefault((group["length"], group["level"]),
+                                        {"distinct": 0, "off_majority": 0})
+            entry["distinct"] = max(entry["distinct"], len(hashes))
+            entry["off_majority"] += sum(hashes.values()) - hashes.most_common(1)[0][1]
+    got = {(e["length"], e["level"]): {"distinct": e["distinct"],
+                                       "off_majority": e["off_majority"]}
+           for e in conc["table"]["cells"]}
+    assert got == expected
+    assert sorted({n for n, _ in got}) == [64, 512] and sorted({c for _, c in got}) == [1, 2, 4]
+    control = all(v["distinct"] == 1 for (n, c), v in expected.items() if c == 1)
+    assert conc["control_ok"] is control
+    return summary

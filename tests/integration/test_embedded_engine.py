@@ -247,3 +247,33 @@ def test_external_endpoint_is_scored_but_never_reloaded(tmp_path: Path):
     assert any("external endpoint" in gap for gap in summary["gaps"])
     assert "servediff cannot reload a server it did not start" in \
         (tmp_path / "run" / "report.md").read_text()
+
+
+def test_scoring_batch_size_within_one_load_is_named(tmp_path: Path):
+    tags = ["json-event", "prose-harbour", "code-python-lru", "de-prose-wetter",
+            "prose-short-storm", "maths-proof", "list-steps", "csv-short"]
+    (tmp_path / "plan.toml").write_text(
+        'engine = "transformers"\nmodel = "smollm2"\nloads_per_arm = 1\n'
+        '[engine_options]\ndevice = "cpu"\n[arms.a]\n'
+        f"[corpus]\ntags = {json.dumps(tags)}\n"
+        "[probes.repeat]\ncount = 1\nbatch_sizes = [8]\n")
+    done = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    arm = summary["arms"]["a"]
+
+    def nll(name: str) -> dict[str, float]:
+        cell = json.loads((run / "cells" / f"{name}.json").read_text())
+        return {r["tag"]: r["sum_nll"] for r in cell["records"]}
+
+    one, eight, again = nll("a-load1-score"), nll("a-load1-batch-b8"), nll("a-load1-repeat-r1")
+    assert {r["batch_size"] for r in json.loads(
+        (run / "cells" / "a-load1-batch-b8.json").read_text())["records"]} == {8}
+    moved = sum(one[t] != eight[t] for t in tags)
+    assert arm["batch_size"][0]["moved"] == moved
+    assert arm["within_load"][0]["moved"] == sum(one[t] != again[t] for t in tags)
+    if moved and arm["within_load"][0]["moved"] == 0:
+        assert arm["signature"] == "batch-composition (scoring batch size 1 vs 8)"
+    elif not moved:
+        assert arm["signature"] == "bit-identical"

@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.engines import TAGS, assert_all_stopped, rows, run_plan, servediff
+from tests.integration.engines import (
+    CONCURRENCY,
+    TAGS,
+    assert_all_stopped,
+    check_concurrency_table,
+    rows,
+    run_plan,
+    servediff,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -162,3 +170,30 @@ def test_llama_server_killed_mid_run_is_a_recorded_death(tmp_path: Path, llama_s
         ["conc4-load1-repeat-r1", "conc4-load1-score", "seq-load1-repeat-r1", "seq-load1-score"]
     assert_all_stopped(tmp_path / "run")
     assert servediff("verify", "run", cwd=tmp_path).returncode == 0
+
+
+def test_llama_server_concurrency_grid_with_four_slots(tmp_path: Path, llama_server: Path):
+    plan = llama_plan(llama_server, loads=1).replace(
+        "[arms.seq]\n[arms.conc4]\noptions = { concurrency = 4 }\n", "[arms.np4]\n")
+    plan = plan.replace("[probes.repeat]\ncount = 1\n", "[probes.repeat]\ncount = 0\n")
+    run = run_plan(tmp_path, plan + CONCURRENCY)
+    summary = check_concurrency_table(run, "np4")
+    assert_all_stopped(run)
+    report = (run / "report.md").read_text()
+    assert "| prompt tokens | c=1 (control) | c=2 | c=4 |" in report
+    conc = summary["arms"]["np4"]["concurrency"]
+    # whatever llama.cpp does on this CPU is what the signature says
+    assert ("batch-composition" in summary["arms"]["np4"]["signature"]) == \
+        (conc["control_ok"] and conc["batch_composition"])
+
+
+def test_vllm_concurrency_grid(tmp_path: Path, vllm_python: Path):
+    plan = vllm_plan(vllm_python, tmp_path).replace("loads_per_arm = 2", "loads_per_arm = 1")
+    plan = plan.replace("[arms.compiled]\n", "").replace("[probes.repeat]\ncount = 1\n",
+                                                         "[probes.repeat]\ncount = 0\n")
+    run = run_plan(tmp_path, plan + CONCURRENCY)
+    summary = check_concurrency_table(run, "eager")
+    assert_all_stopped(run)
+    conc = summary["arms"]["eager"]["concurrency"]
+    assert ("batch-composition" in summary["arms"]["eager"]["signature"]) == \
+        (conc["control_ok"] and conc["batch_composition"])

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from itertools import combinations
 from typing import Any
 
+from servediff.analysis import concurrency
 from servediff.analysis.compare import Comparison, TextScore, compare
 from servediff.bundle import Evidence
 from servediff.evidence import Cell
@@ -35,6 +36,10 @@ SIGNATURES = {
     "within-load": "moves between repeats inside one load (batch composition, order, "
                    "non-deterministic kernels)",
     "not measured": "only one load and no repeat: nothing to compare",
+    "across-load": "cold loads disagree (per-load kernel or autotune choice)",
+    "batch-composition": "identical requests give different results when they share the "
+                         "engine with others; alone they agree",
+    "non-deterministic alone": "identical requests sent one at a time already disagree",
 }
 
 
@@ -69,14 +74,36 @@ def _load_row(cell: Cell) -> dict[str, Any]:
     }
 
 
-def signature(across: list[Comparison], within: list[Comparison]) -> str:
-    if not across and not within:
-        return "not measured"
+def signature(across: list[Comparison], within: list[Comparison],
+              conc: dict[str, Any] | None = None,
+              batches: list[dict[str, Any]] | None = None) -> str:
+    """Every place drift was found, joined; or why nothing was."""
+    findings = []
+    moved_batches = [b for b in batches or [] if b["moved"]]
+    if conc is not None and not conc["control_ok"]:
+        findings.append("non-deterministic alone (concurrency-1 control failed)")
     if any(c.moved for c in within):
-        return "within-load"
-    if any(c.moved for c in across):
-        return "across-load only"
-    if all(c.bit_identical for c in [*across, *within]):
+        findings.append("within-load")
+    if moved_batches and not any(c.moved for c in within):
+        # Plain repeats at the arm's own batch size are the control: they held still.
+        sizes = ", ".join(str(s) for s in sorted({b["batch_size"] for b in moved_batches}))
+        versus = f"scoring batch size {moved_batches[0]['arm_batch_size']} vs {sizes}"
+        findings.append(f"batch-composition ({versus})" if within else
+                        f"batch-composition ({versus}; no same-size repeat as control)")
+    if conc is not None and conc["control_ok"] and conc["batch_composition"]:
+        first = conc["first_drift"]
+        findings.append(f"batch-composition (from {first['length']} tokens at "
+                        f"concurrency {first['level']})")
+    generation_moved = conc is not None and any(
+        g["distinct"] > 1 for g in conc["generation_across_loads"])
+    if any(c.moved for c in across) or generation_moved:
+        findings.append("across-load only" if not findings else "across-load")
+    if findings:
+        return " + ".join(findings)
+    if not across and not within and conc is None and not batches:
+        return "not measured"
+    if all(c.bit_identical for c in [*across, *within]) and \
+            all(b["bit_identical"] for b in batches or []):
         return "bit-identical"
     return "stable within threshold"
 
@@ -94,6 +121,14 @@ def analyse_arm(cells: list[Cell], threshold: float) -> dict[str, Any]:
     ]
     within = []
     skipped = []
+    batches = []
+    for cell in sorted((c for c in cells if c.probe == "batch"), key=lambda c: (c.load, c.repeat)):
+        base = next((c for c in score_cells if c.load == cell.load), None)
+        if base is not None and base.launch == cell.launch:
+            sizes = sorted({r.batch_size for r in base.records})
+            batches.append({"load": cell.load, "batch_size": cell.repeat,
+                            "arm_batch_size": max(sizes) if sizes else None,
+                            **compare(scores_of(base), scores_of(cell), threshold).as_dict()})
     for rep in sorted(repeats, key=lambda c: (c.load, c.repeat)):
         base = next((c for c in score_cells if c.load == rep.load), None)
         if base is None:
@@ -105,7 +140,8 @@ def analyse_arm(cells: list[Cell], threshold: float) -> dict[str, Any]:
                             "reason": "score and repeat come from different launches"})
             continue
         within.append((base, rep, compare(scores_of(base), scores_of(rep), threshold)))
-    sig = signature([c for *_, c in across], [c for *_, c in within])
+    conc = concurrency.analyse_arm(cells)
+    sig = signature([c for *_, c in across], [c for *_, c in within], conc, batches)
     return {
         "loads": [_load_row(c) for c in score_cells],
         "across_load": [_pair({"load_a": a.load, "load_b": b.load}, c) for a, b, c in across],
@@ -113,8 +149,11 @@ def analyse_arm(cells: list[Cell], threshold: float) -> dict[str, Any]:
             _pair({"load": a.load, "repeat": b.repeat}, c) for a, b, c in within
         ],
         "within_load_skipped": skipped,
+        "batch_size": batches,
+        "concurrency": conc,
         "signature": sig,
-        "signature_meaning": SIGNATURES[sig],
+        "signature_meaning": "; ".join(
+            SIGNATURES[part.split(" (")[0]] for part in sig.split(" + ")),
         "invalid_rows": sum(r.status == "invalid" for c in cells for r in c.records),
         "error_rows": sum(r.status == "error" for c in cells for r in c.records),
     }
@@ -195,7 +234,10 @@ def summarize(evidence: Evidence) -> dict[str, Any]:
         "invalid_rows": sum(a["invalid_rows"] for a in per_arm.values()),
         "error_rows": sum(a["error_rows"] for a in per_arm.values()),
         "setup": setup(evidence),
-        "untested": {**UNTESTED_PROBES},
+        "untested": {
+            name: what for name, what in UNTESTED_PROBES.items()
+            if not (name == "concurrency" and plan["probes"]["concurrency"]["enabled"])
+        },
         "gaps": gaps,
     }
 

@@ -53,6 +53,18 @@ class Scored:
 
 
 @dataclass(frozen=True)
+class Generated:
+    """One greedy generation: the tokens, each one's logprob, what the server counted."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    prompt_tokens: int | None = None
+    # Prompt tokens the server took from its prefix cache, where it reports them.
+    cached_tokens: int | None = None
+
+
+@dataclass(frozen=True)
 class EngineInfo:
     version: dict[str, Any]
     bos_token_id: int | None
@@ -107,6 +119,11 @@ class EngineAdapter(ABC):
     @abstractmethod
     def score(self, client: EngineClient, batch: list[list[int]],
               options: EngineOptions) -> list[Scored]: ...
+
+    def generate(self, client: EngineClient, ids: list[int], max_tokens: int,
+                 options: EngineOptions) -> Generated:
+        """Greedy generation (temperature 0) after the prompt `ids`."""
+        raise NotImplementedError(f"{self.name} cannot generate")
 
     def capacity_from_log(self, log_text: str) -> dict[str, Any]:
         """Capacity the engine only prints at start-up (vLLM's KV cache line)."""

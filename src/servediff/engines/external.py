@@ -11,7 +11,13 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from servediff.engines import openai_api
-from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions, Scored
+from servediff.engines.base import (
+    EngineAdapter,
+    EngineInfo,
+    EngineOptions,
+    Generated,
+    Scored,
+)
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError
 
@@ -24,7 +30,7 @@ class ExternalOptions(EngineOptions):
 
 class ExternalAdapter(EngineAdapter):
     name = "openai"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"score", "version"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"score", "generate", "version"})
     options_model = ExternalOptions
 
     def __init__(self) -> None:
@@ -58,3 +64,9 @@ class ExternalAdapter(EngineAdapter):
         body = client.post_json("/v1/completions",
                                 openai_api.score_payload(self._model(options), batch, echo=echo))
         return openai_api.parse_scores(body, batch, echo=echo)
+
+    def generate(self, client: EngineClient, ids: list[int], max_tokens: int,
+                 options: EngineOptions) -> Generated:
+        body = client.post_json("/v1/completions",
+                                openai_api.generate_payload(self._model(options), ids, max_tokens))
+        return openai_api.parse_generated(body)

@@ -105,6 +105,25 @@ class Engine:
         return out, nexts
 
 
+    def generate(self, ids: list[int], max_tokens: int) -> tuple[list[int], list[float]]:
+        """Greedy continuation of `ids`: the tokens and each one's logprob."""
+        torch = self.torch
+        with self.lock, torch.inference_mode():
+            out = self.model.generate(
+                input_ids=torch.tensor([ids], device=self.device),
+                attention_mask=torch.ones((1, len(ids)), dtype=torch.long, device=self.device),
+                max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
+                output_logits=True, return_dict_in_generate=True,
+                pad_token_id=self.tokenizer.eos_token_id,
+            )
+            tokens = out.sequences[0, len(ids):].tolist()
+            logprobs = [
+                float(torch.log_softmax(step[0].float(), dim=-1)[tok])
+                for step, tok in zip(out.logits, tokens, strict=True)
+            ]
+        return tokens, logprobs
+
+
 class Handler(BaseHTTPRequestHandler):
     engine: Engine
     protocol_version = "HTTP/1.1"
@@ -180,8 +199,10 @@ class Handler(BaseHTTPRequestHandler):
                 f"prompt of {too_long[0]} tokens exceeds max_model_len {self.engine.max_len}"
             )
         max_tokens = int(body.get("max_tokens", 1))
-        if max_tokens not in (0, 1):
-            raise ValueError("this engine serves max_tokens 0 or 1 only")
+        if max_tokens > 1:
+            return self._generate(prompts, max_tokens)
+        if max_tokens < 0:
+            raise ValueError("max_tokens must be >= 0")
         want_logprobs = body.get("prompt_logprobs") is not None or bool(body.get("echo"))
         scored, nexts = self.engine.score(prompts)
         choices = []
@@ -207,6 +228,26 @@ class Handler(BaseHTTPRequestHandler):
                 "total_tokens": n_prompt + max_tokens * len(prompts),
             },
         }
+
+
+    def _generate(self, prompts: list[list[int]], max_tokens: int) -> dict[str, Any]:
+        """Greedy generation in vLLM's shape, tokens as `token_id:N` (as vLLM's
+        `return_tokens_as_token_ids`)."""
+        choices = []
+        for index, ids in enumerate(prompts):
+            tokens, logprobs = self.engine.generate(ids, max_tokens)
+            choices.append({
+                "index": index,
+                "text": self.engine.tokenizer.decode(tokens),
+                "finish_reason": "length",
+                "logprobs": {"tokens": [f"token_id:{t}" for t in tokens],
+                             "token_logprobs": logprobs},
+            })
+        n_prompt = sum(len(p) for p in prompts)
+        return {"object": "text_completion", "model": self.engine.name, "choices": choices,
+                "usage": {"prompt_tokens": n_prompt,
+                          "completion_tokens": max_tokens * len(prompts),
+                          "total_tokens": n_prompt + max_tokens * len(prompts)}}
 
 
 def main(argv: list[str] | None = None) -> None:

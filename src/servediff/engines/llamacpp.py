@@ -28,7 +28,13 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions, Scored
+from servediff.engines.base import (
+    EngineAdapter,
+    EngineInfo,
+    EngineOptions,
+    Generated,
+    Scored,
+)
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError
 
@@ -76,7 +82,7 @@ def parse_position(body: Any, expected: int) -> tuple[float, int | None]:
 class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
     capabilities: ClassVar[frozenset[str]] = frozenset(
-        {"score", "capacity", "version", "reload"}
+        {"score", "generate", "capacity", "version", "reload"}
     )
     options_model = LlamaCppOptions
     model_format = "gguf"
@@ -129,3 +135,23 @@ class LlamaCppAdapter(EngineAdapter):
                               server_prompt_tokens=len(ids) if invalid is None else None,
                               invalid=invalid))
         return out
+
+    def generate(self, client: EngineClient, ids: list[int], max_tokens: int,
+                 options: EngineOptions) -> Generated:
+        assert isinstance(options, LlamaCppOptions)
+        body = client.post_json("/completion", {
+            "prompt": ids, "n_predict": max_tokens, "n_probs": 1, "temperature": 0.0,
+            "seed": 0, "ignore_eos": True, "cache_prompt": options.cache_prompt,
+        })
+        try:
+            steps = body["completion_probabilities"]
+            tokens = [int(step["id"]) for step in steps]
+            logprobs = [float(step["logprob"]) for step in steps]
+        except (KeyError, TypeError):
+            raise EngineRequestError(
+                f"/completion answered without token ids and logprobs: {str(body)[:200]}"
+            ) from None
+        timings = body.get("timings") or {}
+        return Generated(token_ids=tokens, logprobs=logprobs, text=str(body.get("content", "")),
+                         prompt_tokens=body.get("tokens_evaluated"),
+                         cached_tokens=timings.get("cache_n"))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servediff.engines.base import Scored
+from servediff.engines.base import Generated, Scored
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError
 
@@ -114,3 +114,31 @@ def parse_scores(body: Any, batch: list[list[int]], echo: bool = False) -> list[
             invalid=invalid,
         ))
     return out
+
+
+def generate_payload(model: str | None, ids: list[int], max_tokens: int) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "prompt": ids, "max_tokens": max_tokens, "min_tokens": max_tokens,
+        "temperature": 0.0, "seed": 0, "logprobs": 1,
+        "return_tokens_as_token_ids": True,
+    }
+    if model is not None:
+        payload["model"] = model
+    return payload
+
+
+def parse_generated(body: Any) -> Generated:
+    try:
+        choice = body["choices"][0]
+        tokens = choice["logprobs"]["tokens"]
+        values = choice["logprobs"]["token_logprobs"]
+    except (KeyError, IndexError, TypeError):
+        raise EngineRequestError(
+            f"completion without logprobs.tokens: {str(body)[:200]}"
+        ) from None
+    ids = [int(str(t).split(":", 1)[1]) for t in tokens]
+    usage = body.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return Generated(token_ids=ids, logprobs=[float(v) for v in values],
+                     text=str(choice.get("text", "")), prompt_tokens=usage.get("prompt_tokens"),
+                     cached_tokens=details.get("cached_tokens"))

@@ -21,7 +21,13 @@ import sys
 from typing import Any, ClassVar
 
 from servediff.engines import openai_api
-from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions, Scored
+from servediff.engines.base import (
+    EngineAdapter,
+    EngineInfo,
+    EngineOptions,
+    Generated,
+    Scored,
+)
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError
 
@@ -72,7 +78,9 @@ def parse_generate(body: Any, batch: list[list[int]]) -> list[Scored]:
 
 class SglangAdapter(EngineAdapter):
     name = "sglang"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"score", "capacity", "version", "reload"})
+    capabilities: ClassVar[frozenset[str]] = frozenset(
+        {"score", "generate", "capacity", "version", "reload"}
+    )
     default_command: ClassVar[list[str]] = [
         sys.executable, "-m", "sglang.launch_server", "--model-path", "{model}",
         "--host", "{host}", "--port", "{port}",
@@ -104,3 +112,21 @@ class SglangAdapter(EngineAdapter):
             "logprob_start_len": 0,
         }
         return parse_generate(client.post_json("/generate", payload), batch)
+
+    def generate(self, client: EngineClient, ids: list[int], max_tokens: int,
+                 options: EngineOptions) -> Generated:
+        body = client.post_json("/generate", {
+            "input_ids": ids,
+            "sampling_params": {"max_new_tokens": max_tokens, "min_new_tokens": max_tokens,
+                                "temperature": 0.0, "ignore_eos": True},
+            "return_logprob": True,
+            "logprob_start_len": len(ids),
+        })
+        meta = body.get("meta_info") if isinstance(body, dict) else None
+        if not isinstance(meta, dict) or not isinstance(meta.get("output_token_logprobs"), list):
+            raise EngineRequestError("/generate answered without meta_info.output_token_logprobs")
+        steps = meta["output_token_logprobs"]
+        return Generated(token_ids=[int(s[1]) for s in steps],
+                         logprobs=[float(s[0]) for s in steps], text=str(body.get("text", "")),
+                         prompt_tokens=meta.get("prompt_tokens"),
+                         cached_tokens=meta.get("cached_tokens"))

@@ -12,7 +12,13 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from servediff.engines import openai_api
-from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions, Scored
+from servediff.engines.base import (
+    EngineAdapter,
+    EngineInfo,
+    EngineOptions,
+    Generated,
+    Scored,
+)
 from servediff.engines.transport import EngineClient
 
 
@@ -25,7 +31,7 @@ class TransformersOptions(EngineOptions):
 
 class TransformersAdapter(EngineAdapter):
     name = "transformers"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"score", "version", "reload"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"score", "generate", "version", "reload"})
     options_model = TransformersOptions
     default_command: ClassVar[list[str]] = [
         sys.executable, "-m", "servediff.engines.hf_server",
@@ -54,3 +60,9 @@ class TransformersAdapter(EngineAdapter):
               options: EngineOptions) -> list[Scored]:
         body = client.post_json("/v1/completions", openai_api.score_payload("default", batch))
         return openai_api.parse_scores(body, batch)
+
+    def generate(self, client: EngineClient, ids: list[int], max_tokens: int,
+                 options: EngineOptions) -> Generated:
+        body = client.post_json("/v1/completions",
+                                openai_api.generate_payload("default", ids, max_tokens))
+        return openai_api.parse_generated(body)

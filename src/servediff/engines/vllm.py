@@ -14,7 +14,13 @@ from typing import Any, ClassVar, Literal
 from prometheus_client.parser import text_string_to_metric_families
 
 from servediff.engines import openai_api
-from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions, Scored
+from servediff.engines.base import (
+    EngineAdapter,
+    EngineInfo,
+    EngineOptions,
+    Generated,
+    Scored,
+)
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError
 
@@ -51,7 +57,7 @@ def kv_from_metrics(text: str) -> dict[str, Any]:
 class VllmAdapter(EngineAdapter):
     name = "vllm"
     capabilities: ClassVar[frozenset[str]] = frozenset(
-        {"score", "capacity", "version", "metrics", "reload"}
+        {"score", "generate", "capacity", "version", "metrics", "reload"}
     )
     options_model = VllmOptions
     default_command: ClassVar[list[str]] = [
@@ -102,3 +108,9 @@ class VllmAdapter(EngineAdapter):
         body = client.post_json("/v1/completions",
                                 openai_api.score_payload(self._served, batch, echo=echo))
         return openai_api.parse_scores(body, batch, echo=echo)
+
+    def generate(self, client: EngineClient, ids: list[int], max_tokens: int,
+                 options: EngineOptions) -> Generated:
+        body = client.post_json("/v1/completions",
+                                openai_api.generate_payload(self._served, ids, max_tokens))
+        return openai_api.parse_generated(body)

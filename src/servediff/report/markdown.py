@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servediff.report.table import fmt_nll, fmt_ppl
+from servediff.report.table import fmt_nll, fmt_ppl, grid_cell
 
 
 def _pair_line(label: str, p: dict[str, Any]) -> str:
@@ -36,9 +36,33 @@ def render(summary: dict[str, Any], run_name: str) -> str:
                   for p in data["across_load"]]
         lines += [_pair_line(f"load {p['load']}, repeat {p['repeat']} vs first pass", p)
                   for p in data["within_load"]]
+        lines += [_pair_line(f"load {p['load']}, scored at batch size {p['batch_size']} vs "
+                             f"{p['arm_batch_size']}", p) for p in data.get("batch_size", [])]
         lines += ["", "Perplexity per load: " + ", ".join(
             f"load {r['load']}: {fmt_ppl(r['perplexity'])} over {r['tokens_scored']} tokens"
             for r in data["loads"]) + "."]
+        conc = data.get("concurrency")
+        if conc:
+            grid = conc["table"]
+            lines += ["", f"Concurrency probe (identical greedy requests; distinct results, "
+                      f"responses off the majority, summed over {len(conc['loads'])} load(s)). "
+                      "Concurrency-1 control: "
+                      + ("every length gave one result." if conc["control_ok"] else
+                         "FAILED: requests sent one at a time already disagree."), "",
+                      "| prompt tokens | " + " | ".join(
+                          f"c={c}" + (" (control)" if c == 1 else "") for c in grid["levels"])
+                      + " |",
+                      "| --- |" + " --- |" * len(grid["levels"])]
+            for length in grid["lengths"]:
+                row = {e["level"]: grid_cell(e) for e in grid["cells"] if e["length"] == length}
+                lines.append(f"| {length} | " + " | ".join(row.get(c, "-")
+                                                          for c in grid["levels"]) + " |")
+            skipped = [s for load in conc["loads"] for s in load["skipped"]]
+            if skipped:
+                lines.append("")
+                lines += [f"Skipped: {s['length']} tokens ({s['reason']})."
+                          for s in {s["length"]: s for s in skipped}.values()]
+            lines.append("")
         if data["within_load_skipped"]:
             lines.append(f"Not compared: {len(data['within_load_skipped'])} repeat(s) measured "
                          "by a different launch than their load's first pass.")

@@ -24,6 +24,8 @@ def drift_table(summary: dict[str, Any]) -> Group:
     for arm, data in summary["arms"].items():
         rows = [(f"L{p['load_a']} vs L{p['load_b']}", p) for p in data["across_load"]]
         rows += [(f"L{p['load']} repeat {p['repeat']}", p) for p in data["within_load"]]
+        rows += [(f"L{p['load']} batch {p['batch_size']} vs {p['arm_batch_size']}", p)
+                 for p in data.get("batch_size", [])]
         for i, (label, p) in enumerate(rows):
             pairs.add_row(arm if i == 0 else "", label, f"{p['moved']}/{p['compared']}",
                           fmt_nll(p["max_abs_delta"]), p["max_tag"] or "-",
@@ -39,4 +41,33 @@ def drift_table(summary: dict[str, Any]) -> Group:
     for arm, data in summary["arms"].items():
         arms.add_row(arm, data["signature"],
                      ", ".join(f"L{r['load']} {fmt_ppl(r['perplexity'])}" for r in data["loads"]))
-    return Group(pairs, arms)
+    return Group(pairs, arms, *concurrency_tables(summary))
+
+
+def grid_cell(entry: dict[str, Any]) -> str:
+    """`1` when every response agreed; else distinct results and responses off the majority."""
+    text = str(entry["distinct"])
+    if entry["off_majority"]:
+        text += f" ({entry['off_majority']} off)"
+    if entry["errors"]:
+        text += f" [{entry['errors']} err]"
+    return text
+
+
+def concurrency_tables(summary: dict[str, Any]) -> list[Table]:
+    tables = []
+    for arm, data in summary["arms"].items():
+        conc = data.get("concurrency")
+        if not conc:
+            continue
+        grid = conc["table"]
+        table = Table(title=f"{arm}: distinct results of identical requests, prompt length x "
+                      f"concurrency (control {'ok' if conc['control_ok'] else 'FAILED'})")
+        table.add_column("tokens")
+        for level in grid["levels"]:
+            table.add_column(f"c={level}" + (" (control)" if level == 1 else ""))
+        for length in grid["lengths"]:
+            row = {e["level"]: grid_cell(e) for e in grid["cells"] if e["length"] == length}
+            table.add_row(str(length), *(row.get(level, "-") for level in grid["levels"]))
+        tables.append(table)
+    return tables

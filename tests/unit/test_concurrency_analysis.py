@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from servediff.analysis.drift import summarize
+from servediff.bundle import read_evidence
+from servediff.derived import write_derived
+from servediff.evidence import Record
+from tests.fixtures.bundles import cell, concurrency_cell, make_bundle
+
+STABLE = ["h"] * 4
+
+
+def score_cells(arm: str, load: int) -> list:
+    return [cell(arm, load), cell(arm, load, "repeat", 1)]
+
+
+def test_batch_composition_found_with_its_length_floor(tmp_path: Path):
+    outcomes = {(128, 1): STABLE, (128, 2): STABLE, (128, 4): STABLE,
+                (512, 1): STABLE, (512, 2): STABLE, (512, 4): ["h", "x", "x", "y"],
+                (2048, 1): STABLE, (2048, 2): ["h", "z", "h", "h"], (2048, 4): STABLE}
+    cells = score_cells("a", 1) + score_cells("a", 2)
+    cells += [concurrency_cell("a", 1, outcomes), concurrency_cell("a", 2, {
+        k: STABLE for k in outcomes})]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",),
+                                                  concurrency=True)))
+    arm = summary["arms"]["a"]
+    conc = arm["concurrency"]
+    assert conc["control_ok"] is True
+    assert conc["first_drift"] == {"length": 512, "level": 4}
+    assert arm["signature"] == "batch-composition (from 512 tokens at concurrency 4)"
+    grid = {(e["length"], e["level"]): e for e in conc["table"]["cells"]}
+    assert grid[(512, 4)]["distinct"] == 3 and grid[(512, 4)]["off_majority"] == 2
+    assert grid[(2048, 2)]["distinct"] == 2 and grid[(2048, 2)]["off_majority"] == 1
+    assert grid[(128, 4)]["distinct"] == 1 and grid[(128, 4)]["off_majority"] == 0
+    assert "concurrency" not in summary["untested"]
+    root = tmp_path
+    write_derived(root)
+    report = (root / "report.md").read_text()
+    assert "| 512 | 1 | 1 | 3 (2 off) |" in report
+    assert "| prompt tokens | c=1 (control) | c=2 | c=4 |" in report
+
+
+def test_failed_control_is_named_before_anything_else(tmp_path: Path):
+    outcomes = {(256, 1): ["h", "h", "q", "h"], (256, 2): ["h", "k", "h", "h"]}
+    cells = [*score_cells("a", 1), concurrency_cell("a", 1, outcomes)]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1,
+                                                  concurrency=True)))
+    arm = summary["arms"]["a"]
+    assert arm["concurrency"]["control_ok"] is False
+    assert arm["signature"] == "non-deterministic alone (concurrency-1 control failed)"
+
+
+def test_errors_are_counted_not_compared(tmp_path: Path):
+    outcomes = {(256, 1): STABLE, (256, 2): ["h", "ERR", "h", "h"]}
+    cells = [*score_cells("a", 1), concurrency_cell("a", 1, outcomes)]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1,
+                                                  concurrency=True)))
+    grid = summary["arms"]["a"]["concurrency"]["table"]["cells"]
+    assert grid[1] == {"length": 256, "level": 2, "distinct": 1, "off_majority": 0,
+                       "requests": 4, "errors": 1}
+    assert summary["arms"]["a"]["signature"] == "bit-identical"
+
+
+def test_generation_that_differs_between_loads_is_across_load(tmp_path: Path):
+    cells = score_cells("a", 1) + score_cells("a", 2)
+    cells += [concurrency_cell("a", 1, {(256, 1): STABLE, (256, 2): STABLE}),
+              concurrency_cell("a", 2, {(256, 1): ["g"] * 4, (256, 2): ["g"] * 4})]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",),
+                                                  concurrency=True)))
+    assert summary["arms"]["a"]["signature"] == "across-load only"
+    assert summary["arms"]["a"]["concurrency"]["generation_across_loads"] == [
+        {"length": 256, "loads": [1, 2], "distinct": 2}]
+
+
+def batch_cell(shift: float):
+    c = cell("a", 1, "batch", 8, shifts={"beta": shift})
+    c.records = [Record(**{**r.model_dump(), "batch_size": 8}) for r in c.records]
+    return c
+
+
+def test_scoring_batch_size_is_named_batch_composition(tmp_path: Path):
+    cells = [*score_cells("a", 1), batch_cell(2e-05)]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1)))
+    arm = summary["arms"]["a"]
+    assert arm["batch_size"][0]["moved"] == 1 and arm["batch_size"][0]["batch_size"] == 8
+    assert arm["signature"] == "batch-composition (scoring batch size 1 vs 8)"
+
+
+def test_batch_size_without_effect_stays_bit_identical(tmp_path: Path):
+    cells = [*score_cells("a", 1), batch_cell(0.0)]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1)))
+    assert summary["arms"]["a"]["signature"] == "bit-identical"
