@@ -74,3 +74,17 @@ def test_unusable_score_files(tmp_path, body, expected):
     with pytest.raises(ScoreFileError) as info:
         read_scores(path)
     assert str(path) in str(info.value) and expected in str(info.value)
+
+
+def test_exact_statistics():
+    from servediff.analysis.stats import detectable_rate, exact_ci, mcnemar
+
+    lo, hi = exact_ci(0, 45)
+    assert lo == 0.0 and hi == pytest.approx(0.0787, abs=1e-4)  # 1 - 0.025 ** (1/45)
+    lo, hi = exact_ci(23, 43)
+    assert lo < 23 / 43 < hi
+    assert exact_ci(0, 0) is None
+    assert detectable_rate(45) == pytest.approx(1 - 0.05 ** (1 / 45))
+    assert mcnemar(0, 0) is None
+    assert mcnemar(0, 6) == pytest.approx(2 * 0.5 ** 6)
+    assert compare({"x": TextScore(1.0)}, {"x": TextScore(2.0)}).as_dict()["moved_ci95"][0] > 0

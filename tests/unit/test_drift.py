@@ -35,6 +35,9 @@ def test_bit_identical_arm_and_across_load_only_arm(tmp_path: Path):
     assert summary["arm_shifts"][0]["moved"] == 0
     assert summary["arm_shifts"][0]["bit_identical"]
     assert summary["arm_shifts"][0]["signature"] == "no arm shift"
+    assert summary["arm_shifts"][0]["reload_discordant"] == {
+        "texts": 4, "moved_in_a_only": 0, "moved_in_b_only": 2, "mcnemar_p": 0.5}
+    assert pair["moved_ci95"][0] > 0.0 and pair["moved_ci95"][1] < 1.0
 
 
 def test_within_load_signature_and_arm_shift(tmp_path: Path):

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from servediff.analysis import stats
+
 
 @dataclass(frozen=True)
 class TextScore:
@@ -38,6 +40,7 @@ class Comparison:
             "compared": self.compared,
             "moved": self.moved,
             "moved_tags": self.moved_tags,
+            "moved_ci95": stats.exact_ci(self.moved, self.compared),
             "max_abs_delta": self.max_abs_delta,
             "max_tag": self.max_tag,
             "mean_delta": self.mean_delta,

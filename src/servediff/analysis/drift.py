@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from itertools import combinations
 from typing import Any
 
-from servediff.analysis import concurrency
+from servediff.analysis import concurrency, stats
 from servediff.analysis.compare import Comparison, TextScore, compare
 from servediff.bundle import Evidence
 from servediff.evidence import Cell
@@ -170,6 +170,17 @@ def shift_signature(moved_count: int, sig_a: str, sig_b: str) -> str:
     return "arms differ, and at least one arm also drifts by itself"
 
 
+def _moved_across(cells: list[Cell], threshold: float) -> dict[str, bool]:
+    """Per text: did it move between any two cold loads of this arm?"""
+    scored = sorted((c for c in cells if c.probe == "score"), key=lambda c: c.load)
+    out: dict[str, bool] = {}
+    for x, y in combinations(scored, 2):
+        comp = compare(scores_of(x), scores_of(y), threshold)
+        for tag in set(scores_of(x)) & set(scores_of(y)):
+            out[tag] = out.get(tag, False) or tag in comp.moved_tags
+    return out
+
+
 def arm_shifts(by_arm: Mapping[str, list[Cell]], threshold: float,
                signatures: Mapping[str, str]) -> list[dict[str, Any]]:
     """Each pair of arms compared on their first measured load's score cell."""
@@ -181,9 +192,17 @@ def arm_shifts(by_arm: Mapping[str, list[Cell]], threshold: float,
     out = []
     for a, b in combinations(firsts, 2):
         comp = compare(scores_of(firsts[a]), scores_of(firsts[b]), threshold)
+        # Paired on texts: which moved between cold loads under one arm only.
+        moved_a, moved_b = _moved_across(by_arm[a], threshold), _moved_across(by_arm[b], threshold)
+        common = set(moved_a) & set(moved_b)
+        a_only = sum(moved_a[t] and not moved_b[t] for t in common)
+        b_only = sum(moved_b[t] and not moved_a[t] for t in common)
         out.append(_pair({"arm_a": a, "arm_b": b, "load_a": firsts[a].load,
                           "load_b": firsts[b].load,
-                          "signature": shift_signature(comp.moved, signatures[a], signatures[b])},
+                          "signature": shift_signature(comp.moved, signatures[a], signatures[b]),
+                          "reload_discordant": {"texts": len(common), "moved_in_a_only": a_only,
+                                                "moved_in_b_only": b_only,
+                                                "mcnemar_p": stats.mcnemar(a_only, b_only)}},
                          comp))
     return out
 
@@ -234,6 +253,7 @@ def summarize(evidence: Evidence) -> dict[str, Any]:
         "invalid_rows": sum(a["invalid_rows"] for a in per_arm.values()),
         "error_rows": sum(a["error_rows"] for a in per_arm.values()),
         "setup": setup(evidence),
+        "detectable_rate": stats.detectable_rate(len(evidence.lock["corpus"]["texts"])),
         "untested": {
             name: what for name, what in UNTESTED_PROBES.items()
             if not (name == "concurrency" and plan["probes"]["concurrency"]["enabled"])

@@ -7,10 +7,16 @@ from typing import Any
 from servediff.report.table import fmt_nll, fmt_ppl, grid_cell
 
 
+def _ci(p: dict[str, Any]) -> str:
+    ci = p.get("moved_ci95")
+    return f" (95% CI {ci[0]:.0%}-{ci[1]:.0%})" if ci else ""
+
+
 def _pair_line(label: str, p: dict[str, Any]) -> str:
     ids = f" ({len(p['ids_differ'])} texts scored with different ids, not compared)" \
         if p["ids_differ"] else ""
-    return (f"| {label} | {p['moved']}/{p['compared']} | {fmt_nll(p['max_abs_delta'])} | "
+    return (f"| {label} | {p['moved']}/{p['compared']}{_ci(p)} | "
+            f"{fmt_nll(p['max_abs_delta'])} | "
             f"{p['max_tag'] or '-'} | {'yes' if p['bit_identical'] else 'no'} |{ids}")
 
 
@@ -73,7 +79,20 @@ def render(summary: dict[str, Any], run_name: str) -> str:
                   "| --- | --- | --- | --- | --- |"]
         lines += [_pair_line(f"{p['arm_a']} vs {p['arm_b']}: {p['signature']}", p)
                   for p in summary["arm_shifts"]]
+        for p in summary["arm_shifts"]:
+            d = p["reload_discordant"]
+            if d["texts"]:
+                pval = "n/a" if d["mcnemar_p"] is None else f"{d['mcnemar_p']:.3g}"
+                lines.append(f"\nReload stability, paired on {d['texts']} texts: moved between "
+                             f"cold loads under `{p['arm_a']}` only: {d['moved_in_a_only']}, "
+                             f"under `{p['arm_b']}` only: {d['moved_in_b_only']} "
+                             f"(exact McNemar p = {pval}).")
         lines.append("")
+    if summary.get("detectable_rate") is not None:
+        lines += [f"With {s['corpus']['texts']} texts, a per-text move rate of "
+                  f"{summary['detectable_rate']:.1%} or more would have shown at least one "
+                  "moved text with 95% probability; \"0 moved\" says nothing about rarer "
+                  "drift.", ""]
     lines += [
         f"Invalid rows (token count or logprob count mismatch): {summary['invalid_rows']}; "
         f"error rows: {summary['error_rows']}.",

@@ -1,0 +1,36 @@
+"""Exact statistics for counts of moved texts and divergent responses.
+
+Clopper-Pearson intervals for a rate seen as k of n; exact McNemar tests for
+paired arm comparisons (texts that moved under one arm only); and the smallest
+per-text move rate a corpus of n texts would have caught. scipy does the
+arithmetic; it is imported on first use, so the CLI starts without it.
+"""
+
+from __future__ import annotations
+
+
+def exact_ci(k: int, n: int, level: float = 0.95) -> list[float] | None:
+    """Clopper-Pearson interval for the rate behind k successes in n trials."""
+    if n == 0:
+        return None
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
+    return [float(ci.low), float(ci.high)]
+
+
+def detectable_rate(n: int, power: float = 0.95) -> float | None:
+    """The per-text move rate that would show at least one moved text among n with
+    probability `power`: below it, "0 moved" is weak evidence of no drift."""
+    if n == 0:
+        return None
+    return float(1.0 - (1.0 - power) ** (1.0 / n))
+
+
+def mcnemar(a_only: int, b_only: int) -> float | None:
+    """Exact two-sided McNemar p-value from the discordant counts; None if none."""
+    if a_only + b_only == 0:
+        return None
+    from scipy.stats import binomtest
+
+    return float(binomtest(min(a_only, b_only), a_only + b_only, 0.5).pvalue)
