@@ -19,7 +19,6 @@ from servediff.engines.base import (
     Scored,
 )
 from servediff.engines.transport import EngineClient
-from servediff.errors import EngineRequestError
 
 
 class ExternalOptions(EngineOptions):
@@ -40,11 +39,7 @@ class ExternalAdapter(EngineAdapter):
         return "/v1/models"
 
     def info(self, client: EngineClient) -> EngineInfo:
-        models = client.get_json("/v1/models")
-        try:
-            first = models["data"][0]
-        except (KeyError, IndexError, TypeError):
-            raise EngineRequestError(f"/v1/models lists no model: {str(models)[:200]}") from None
+        first = openai_api.first_model(client)
         self._served = str(first["id"])
         return EngineInfo(version={"engine": "external", "model": self._served},
                           bos_token_id=None, max_model_len=first.get("max_model_len"),

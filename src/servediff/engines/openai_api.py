@@ -20,6 +20,16 @@ from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError
 
 
+def first_model(client: EngineClient) -> dict[str, Any]:
+    """The first entry of `/v1/models`: the served name and its `max_model_len`."""
+    models = client.get_json("/v1/models")
+    try:
+        first: dict[str, Any] = models["data"][0]
+    except (KeyError, IndexError, TypeError):
+        raise EngineRequestError(f"/v1/models lists no model: {str(models)[:200]}") from None
+    return first
+
+
 def tokenize(client: EngineClient, text: str, model: str | None) -> list[int]:
     """vLLM's `/tokenize`: ids of `text` without special tokens added."""
     payload: dict[str, Any] = {"prompt": text, "add_special_tokens": False}

@@ -69,11 +69,7 @@ class VllmAdapter(EngineAdapter):
 
     def info(self, client: EngineClient) -> EngineInfo:
         version = client.get_json("/version")
-        models = client.get_json("/v1/models")
-        try:
-            first = models["data"][0]
-        except (KeyError, IndexError, TypeError):
-            raise EngineRequestError(f"/v1/models lists no model: {str(models)[:200]}") from None
+        first = openai_api.first_model(client)
         self._served = str(first["id"])
         capacity: dict[str, Any] = {}
         try:
