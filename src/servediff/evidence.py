@@ -127,6 +127,10 @@ class Launch(Model):
     capacity: dict[str, Any] = Field(default_factory=dict)
     # An external endpoint: nothing was started or stopped.
     external: bool = False
+    # How the prefix cache was handled, and the cached prompt tokens the engine
+    # reported for the first request after the start (must be 0; None: not reported).
+    cache_isolation: str | None = None
+    first_request_cached_tokens: int | None = None
     weights_sha256: dict[str, str] = Field(default_factory=dict)
     error: str | None = None
     stop: Stop | None = None

@@ -235,6 +235,11 @@ class Runner:
             time.sleep(0.1)
         info = self.adapter.info(client)
         probe = self.adapter.tokenize(client, "Ready check: one real request.", options)
+        launch.cache_isolation = self.adapter.cache_isolation(options)
+        if "generate" in self.adapter.capabilities:
+            # The first request after a start must find nothing cached.
+            first = self.adapter.generate(client, probe, 1, options)
+            launch.first_request_cached_tokens = first.cached_tokens
         self.adapter.score(client, [probe], options)
         launch.seconds_to_ready = round(time.monotonic() - t0, 3)
         launch.engine = {**info.raw, "version": info.version, "bos_token_id": info.bos_token_id,

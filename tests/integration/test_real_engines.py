@@ -109,6 +109,8 @@ def test_llama_server_scores_with_the_exact_workaround(llama_run: Path, hf_run: 
     assert launch["capacity"]["kv_tokens"] == 8192
     assert launch["engine"]["bos_token_id"] == 1
     assert launch["engine"]["bos_token_id_from"] == "model files"
+    assert launch["cache_isolation"] == "prompt cache off: cache_prompt false on every request"
+    assert launch["first_request_cached_tokens"] == 0
     for arm in ("seq", "conc4"):
         summary = check_summary_against_rows(llama_run, arm, SHORT)
     # positions sent one at a time share no batch: nothing may move within a load
@@ -127,6 +129,9 @@ def test_vllm_arms_reload_stability_and_arm_shift(vllm_run: Path, hf_run: Path):
         summary = check_summary_against_rows(vllm_run, arm)
     launch = json.loads((vllm_run / "loads" / "eager-load1.json").read_text())["launches"][0]
     assert "--enforce-eager" in launch["command"]
+    assert "--no-enable-prefix-caching" in launch["command"]
+    assert launch["first_request_cached_tokens"] == 0
+    assert launch["capacity"]["prefix_caching"] is False
     assert launch["capacity"]["kv_tokens"] == launch["capacity"]["kv_tokens_metrics"] > 0
     assert launch["engine"]["version"]["vllm"]
     shift = summary["arm_shifts"][0]

@@ -228,6 +228,12 @@ def summarize(evidence: Evidence) -> dict[str, Any]:
         gaps.append("across-load drift: one load per arm, so cold reloads were not compared")
     if plan["probes"]["repeat"]["count"] == 0:
         gaps.append("within-load drift: no repeat probe was run")
+    for rec in evidence.loads:
+        for launch in rec.launches:
+            if launch.first_request_cached_tokens:
+                gaps.append(f"{rec.arm} load {rec.load}: the first request after the start "
+                            f"found {launch.first_request_cached_tokens} cached prompt tokens; "
+                            "this load was not cold")
     failed_launches = [
         {"arm": rec.arm, "load": rec.load, "attempt": launch.attempt, "error": launch.error,
          "died_before_stop": bool(launch.stop and launch.stop.died_before_stop)}
@@ -280,6 +286,10 @@ def setup(evidence: Evidence) -> dict[str, Any]:
             "external": any(launch.external for launch in mine),
             "seconds_to_ready": ready,
             "capacity": next((launch.capacity for launch in mine if launch.capacity), {}),
+            "cache_isolation": sorted({launch.cache_isolation for launch in mine
+                                       if launch.cache_isolation}),
+            "first_request_cached_tokens": [launch.first_request_cached_tokens
+                                            for launch in mine],
         }
     versions = sorted({
         f"{k}={v}" for _, launch in launches

@@ -125,6 +125,10 @@ class EngineAdapter(ABC):
         """Greedy generation (temperature 0) after the prompt `ids`."""
         raise NotImplementedError(f"{self.name} cannot generate")
 
+    def cache_isolation(self, options: EngineOptions) -> str:
+        """How this arm's prefix cache is handled, said in the load record."""
+        return "no prefix cache in this engine"
+
     def capacity_from_log(self, log_text: str) -> dict[str, Any]:
         """Capacity the engine only prints at start-up (vLLM's KV cache line)."""
         return {}

@@ -38,6 +38,9 @@ class ExternalAdapter(EngineAdapter):
     def health_path(self) -> str:
         return "/v1/models"
 
+    def cache_isolation(self, options: EngineOptions) -> str:
+        return "unknown: an external endpoint's cache is not under servediff's control"
+
     def info(self, client: EngineClient) -> EngineInfo:
         first = openai_api.first_model(client)
         self._served = str(first["id"])

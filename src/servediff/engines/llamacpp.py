@@ -90,6 +90,11 @@ class LlamaCppAdapter(EngineAdapter):
         "llama-server", "-m", "{model}", "--host", "{host}", "--port", "{port}",
     ]
 
+    def cache_isolation(self, options: EngineOptions) -> str:
+        assert isinstance(options, LlamaCppOptions)
+        return ("prompt cache ON: cache_prompt true (a cache arm)" if options.cache_prompt else
+                "prompt cache off: cache_prompt false on every request")
+
     def info(self, client: EngineClient) -> EngineInfo:
         props: dict[str, Any] = client.get_json("/props")
         settings = props.get("default_generation_settings") or {}

@@ -76,6 +76,11 @@ def parse_generate(body: Any, batch: list[list[int]]) -> list[Scored]:
     return out
 
 
+class SglangOptions(EngineOptions):
+    # SGLang's radix (prefix) cache; off unless an arm measures with it.
+    prefix_cache: bool = False
+
+
 class SglangAdapter(EngineAdapter):
     name = "sglang"
     capabilities: ClassVar[frozenset[str]] = frozenset(
@@ -85,8 +90,18 @@ class SglangAdapter(EngineAdapter):
         sys.executable, "-m", "sglang.launch_server", "--model-path", "{model}",
         "--host", "{host}", "--port", "{port}",
     ]
+    options_model = SglangOptions
     caveat = ("never run against a real SGLang (not installable here); tested against "
               "documented response shapes only")
+
+    def option_args(self, options: EngineOptions) -> list[str]:
+        assert isinstance(options, SglangOptions)
+        return [] if options.prefix_cache else ["--disable-radix-cache"]
+
+    def cache_isolation(self, options: EngineOptions) -> str:
+        assert isinstance(options, SglangOptions)
+        return ("radix cache ON (a cache arm)" if options.prefix_cache else
+                "radix cache off: --disable-radix-cache")
 
     def info(self, client: EngineClient) -> EngineInfo:
         raw: dict[str, Any] = client.get_json("/get_server_info")

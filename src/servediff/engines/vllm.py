@@ -32,6 +32,9 @@ CONCURRENCY_LINE = re.compile(
 
 class VllmOptions(EngineOptions):
     score_form: Literal["prompt_logprobs", "echo"] = "prompt_logprobs"
+    # Off unless an arm measures with it: a cached prefix is not recomputed, which
+    # fakes stability, and was computed under another batch, which fakes drift.
+    prefix_cache: bool = False
 
 
 def kv_from_metrics(text: str) -> dict[str, Any]:
@@ -66,6 +69,17 @@ class VllmAdapter(EngineAdapter):
 
     def __init__(self) -> None:
         self._served: str | None = None
+
+    def option_args(self, options: EngineOptions) -> list[str]:
+        assert isinstance(options, VllmOptions)
+        cache = "--enable-prefix-caching" if options.prefix_cache else "--no-enable-prefix-caching"
+        # Prompt token details make the server report cached tokens per request.
+        return [cache, "--enable-prompt-tokens-details"]
+
+    def cache_isolation(self, options: EngineOptions) -> str:
+        assert isinstance(options, VllmOptions)
+        return ("prefix cache ON (a cache arm)" if options.prefix_cache else
+                "prefix cache off: --no-enable-prefix-caching")
 
     def info(self, client: EngineClient) -> EngineInfo:
         version = client.get_json("/version")

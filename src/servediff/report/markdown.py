@@ -7,6 +7,10 @@ from typing import Any
 from servediff.report.table import fmt_nll, fmt_ppl, grid_cell
 
 
+def _cached(values: list[int | None]) -> str:
+    return ", ".join("not reported" if v is None else str(v) for v in values) or "-"
+
+
 def _ci(p: dict[str, Any]) -> str:
     ci = p.get("moved_ci95")
     return f" (95% CI {ci[0]:.0%}-{ci[1]:.0%})" if ci else ""
@@ -115,7 +119,10 @@ def render(summary: dict[str, Any], run_name: str) -> str:
                      f"`{' '.join(a['args']) or '-'}`; env "
                      f"`{' '.join(f'{k}={v}' for k, v in a['env'].items()) or '-'}`; "
                      f"seconds to ready per launch: {ready or '-'}; "
-                     f"capacity as the engine reported it: {capacity or 'not reported'}"
+                     f"capacity as the engine reported it: {capacity or 'not reported'}; "
+                     f"prefix cache: {', '.join(a['cache_isolation']) or 'not recorded'}; "
+                     "cached tokens on the first request after each start: "
+                     f"{_cached(a['first_request_cached_tokens'])}"
                      + ("; an external endpoint, not started by servediff"
                         if a["external"] else ""))
     lines += [
