@@ -69,6 +69,8 @@ class Response(Model):
 class Group(Model):
     """`requests` identical greedy generations of one prompt, `level` in flight at once."""
 
+    # generate probe: the corpus text the prompt was cut from
+    tag: str | None = None
     length: int
     level: int
     max_tokens: int
@@ -80,7 +82,7 @@ class Cell(Model):
     schema_version: int = SCHEMA_VERSION
     arm: str
     load: int
-    probe: Literal["score", "repeat", "batch", "concurrency"]
+    probe: Literal["score", "repeat", "batch", "concurrency", "generate"]
     repeat: int
     launch: int
     order: list[str]

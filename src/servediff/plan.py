@@ -86,9 +86,20 @@ class ConcurrencyProbe(Strict):
         return sorted(set(lengths))
 
 
+class GenerateProbe(Strict):
+    """Greedy continuations of corpus texts, hashed across repeats, loads and arms."""
+
+    enabled: bool = False
+    texts: Annotated[int, Field(ge=1)] = 8
+    prompt_tokens: Annotated[int, Field(ge=2)] = 128
+    max_tokens: Annotated[int, Field(ge=1, le=1024)] = 32
+    repeats: Annotated[int, Field(ge=1, le=64)] = 2
+
+
 class ProbesSpec(Strict):
     repeat: RepeatProbe = RepeatProbe()
     concurrency: ConcurrencyProbe = ConcurrencyProbe()
+    generate: GenerateProbe = GenerateProbe()
 
 
 class ScoringSpec(Strict):

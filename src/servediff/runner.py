@@ -82,6 +82,8 @@ def cells_of_load(plan: Plan, arm: str, load: int) -> list[CellSpec]:
     cells += [CellSpec(arm, load, "batch", b) for b in plan.probes.repeat.batch_sizes]
     if plan.probes.concurrency.enabled:
         cells.append(CellSpec(arm, load, "concurrency", 0))
+    if plan.probes.generate.enabled:
+        cells.append(CellSpec(arm, load, "generate", 0))
     return cells
 
 
@@ -200,6 +202,8 @@ class Runner:
             for cell in todo:
                 if cell.probe == "concurrency":
                     self._run_concurrency(cell, client, launch, options)
+                elif cell.probe == "generate":
+                    self._run_generate(cell, client, launch, options, ids)
                 else:
                     self._run_cell(cell, client, proc, ids, options, launch.attempt)
                 write_manifest(self.layout.root)
@@ -339,6 +343,22 @@ class Runner:
         out = self._cell(cell, launch.attempt, [], started, t0, time.monotonic() - t0,
                          conditions, [])
         out.groups, out.prompts, out.skipped = groups, prompts, skipped
+        atomic.write_json(self.layout.cell(cell.name), out.model_dump(mode="json"))
+        self.obs.cell_finished(cell.name, out.wall_seconds)
+
+    def _run_generate(self, cell: CellSpec, client: EngineClient, launch: Launch,
+                      options: EngineOptions, ids: dict[str, tuple[list[int], str]]) -> None:
+        spec = self.plan.probes.generate
+        tags = [t.tag for t in self.corpus.texts][: spec.texts]
+        prompts = {tag: ids[tag][0][: spec.prompt_tokens] for tag in tags}
+        self.obs.cell_starting(cell.name, len(prompts))
+        conditions = read_conditions()
+        started, t0 = time.time(), time.monotonic()
+        groups = concurrency.generations(self.adapter, client, options, prompts,
+                                         spec.max_tokens, spec.repeats, self.obs.cell_advanced)
+        out = self._cell(cell, launch.attempt, tags, started, t0, time.monotonic() - t0,
+                         conditions, [])
+        out.groups = groups
         atomic.write_json(self.layout.cell(cell.name), out.model_dump(mode="json"))
         self.obs.cell_finished(cell.name, out.wall_seconds)
 

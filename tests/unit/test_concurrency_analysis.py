@@ -91,3 +91,44 @@ def test_batch_size_without_effect_stays_bit_identical(tmp_path: Path):
     cells = [*score_cells("a", 1), batch_cell(0.0)]
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1)))
     assert summary["arms"]["a"]["signature"] == "bit-identical"
+
+
+def generate_cell(arm: str, load: int, outputs: dict[str, list[list[int]]]):
+    """A generate cell: per tag, the token ids each repeat produced."""
+    from servediff.evidence import Cell, Group, Response
+    from servediff.probes.concurrency import response_hash
+    from tests.fixtures.bundles import conditions
+
+    groups = [Group(tag=tag, length=8, level=1, max_tokens=3, prompt_sha256="p" * 64,
+                    responses=[Response(index=i, status="ok", token_ids=ids,
+                                        logprobs=[-0.5] * len(ids), text=str(ids),
+                                        hash=response_hash(ids, [-0.5] * len(ids)))
+                               for i, ids in enumerate(runs)])
+              for tag, runs in outputs.items()]
+    return Cell(arm=arm, load=load, probe="generate", repeat=0, launch=1, order=list(outputs),
+                started_at=0.0, wall_seconds=1.0, engine_seconds=1.0,
+                conditions=conditions(), records=[], groups=groups)
+
+
+def test_generation_divergence_positions(tmp_path: Path):
+    same = {"alpha": [[5, 6, 7], [5, 6, 7]], "beta": [[1, 2, 3], [1, 2, 3]]}
+    cells = [*score_cells("a", 1), *score_cells("a", 2), generate_cell("a", 1, same),
+             generate_cell("a", 2, {"alpha": [[5, 6, 7], [5, 6, 7]],
+                                    "beta": [[1, 9, 9], [1, 9, 9]]}),
+             *score_cells("b", 1), *score_cells("b", 2), generate_cell("b", 1, same),
+             generate_cell("b", 2, {**same, "alpha": [[5, 6, 7], [5, 6, 8]]})]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells)))
+    a = summary["arms"]["a"]["generation"]
+    assert [w["diverged"] for w in a["within_load"]] == [0, 0]
+    (pair,) = a["across_load"]
+    assert pair["diverged"] == 1
+    d = pair["divergences"][0]
+    assert (d["tag"], d["first_position"], d["differs_in"]) == ("beta", 1, "tokens")
+    assert (d["a_continuation"], d["b_continuation"]) == ([2, 3], [9, 9])
+    assert summary["arms"]["a"]["signature"] == "across-load only"
+    b = summary["arms"]["b"]
+    assert b["generation"]["within_load"][1]["divergences"][0]["first_position"] == 2
+    assert b["signature"].startswith("within-load")
+    assert summary["generation_arm_shifts"] == [
+        {"arm_a": "a", "arm_b": "b", "prompts": 2, "diverged": 0, "divergences": []}]
+    assert "generate" in summary["untested"]  # the fixture plan did not enable it

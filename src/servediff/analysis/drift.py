@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from itertools import combinations
 from typing import Any
 
-from servediff.analysis import concurrency, stats
+from servediff.analysis import concurrency, generation, stats
 from servediff.analysis.compare import Comparison, TextScore, compare
 from servediff.bundle import Evidence
 from servediff.evidence import Cell
@@ -76,13 +76,16 @@ def _load_row(cell: Cell) -> dict[str, Any]:
 
 def signature(across: list[Comparison], within: list[Comparison],
               conc: dict[str, Any] | None = None,
-              batches: list[dict[str, Any]] | None = None) -> str:
+              batches: list[dict[str, Any]] | None = None,
+              gen: dict[str, Any] | None = None) -> str:
     """Every place drift was found, joined; or why nothing was."""
     findings = []
+    gen_within = gen is not None and any(w["diverged"] for w in gen["within_load"])
+    gen_across = gen is not None and any(a["diverged"] for a in gen["across_load"])
     moved_batches = [b for b in batches or [] if b["moved"]]
     if conc is not None and not conc["control_ok"]:
         findings.append("non-deterministic alone (concurrency-1 control failed)")
-    if any(c.moved for c in within):
+    if any(c.moved for c in within) or gen_within:
         findings.append("within-load")
     if moved_batches and not any(c.moved for c in within):
         # Plain repeats at the arm's own batch size are the control: they held still.
@@ -96,11 +99,11 @@ def signature(across: list[Comparison], within: list[Comparison],
                         f"concurrency {first['level']})")
     generation_moved = conc is not None and any(
         g["distinct"] > 1 for g in conc["generation_across_loads"])
-    if any(c.moved for c in across) or generation_moved:
+    if any(c.moved for c in across) or generation_moved or gen_across:
         findings.append("across-load only" if not findings else "across-load")
     if findings:
         return " + ".join(findings)
-    if not across and not within and conc is None and not batches:
+    if not across and not within and conc is None and not batches and gen is None:
         return "not measured"
     if all(c.bit_identical for c in [*across, *within]) and \
             all(b["bit_identical"] for b in batches or []):
@@ -141,7 +144,8 @@ def analyse_arm(cells: list[Cell], threshold: float) -> dict[str, Any]:
             continue
         within.append((base, rep, compare(scores_of(base), scores_of(rep), threshold)))
     conc = concurrency.analyse_arm(cells)
-    sig = signature([c for *_, c in across], [c for *_, c in within], conc, batches)
+    gen = generation.analyse_arm(cells)
+    sig = signature([c for *_, c in across], [c for *_, c in within], conc, batches, gen)
     return {
         "loads": [_load_row(c) for c in score_cells],
         "across_load": [_pair({"load_a": a.load, "load_b": b.load}, c) for a, b, c in across],
@@ -151,6 +155,7 @@ def analyse_arm(cells: list[Cell], threshold: float) -> dict[str, Any]:
         "within_load_skipped": skipped,
         "batch_size": batches,
         "concurrency": conc,
+        "generation": gen,
         "signature": sig,
         "signature_meaning": "; ".join(
             SIGNATURES[part.split(" (")[0]] for part in sig.split(" + ")),
@@ -249,6 +254,7 @@ def summarize(evidence: Evidence) -> dict[str, Any]:
         "arms": per_arm,
         "arm_shifts": arm_shifts(by_arm, threshold,
                                  {arm: data["signature"] for arm, data in per_arm.items()}),
+        "generation_arm_shifts": generation.across_arms(by_arm),
         "failed_launches": failed_launches,
         "cells": len(evidence.cells),
         "partial_cells": [
@@ -262,7 +268,7 @@ def summarize(evidence: Evidence) -> dict[str, Any]:
         "detectable_rate": stats.detectable_rate(len(evidence.lock["corpus"]["texts"])),
         "untested": {
             name: what for name, what in UNTESTED_PROBES.items()
-            if not (name == "concurrency" and plan["probes"]["concurrency"]["enabled"])
+            if not plan["probes"].get(name, {}).get("enabled", False)
         },
         "gaps": gaps,
     }

@@ -199,11 +199,13 @@ class Handler(BaseHTTPRequestHandler):
                 f"prompt of {too_long[0]} tokens exceeds max_model_len {self.engine.max_len}"
             )
         max_tokens = int(body.get("max_tokens", 1))
-        if max_tokens > 1:
-            return self._generate(prompts, max_tokens)
         if max_tokens < 0:
             raise ValueError("max_tokens must be >= 0")
         want_logprobs = body.get("prompt_logprobs") is not None or bool(body.get("echo"))
+        if not want_logprobs and max_tokens >= 1:
+            return self._generate(prompts, max_tokens)
+        if max_tokens > 1:
+            raise ValueError("scoring requests (prompt_logprobs or echo) take max_tokens 0 or 1")
         scored, nexts = self.engine.score(prompts)
         choices = []
         for index, (ids, rows) in enumerate(zip(prompts, scored, strict=True)):

@@ -35,7 +35,7 @@ def prompt_of_length(stream: list[int], head: list[int], length: int) -> list[in
     return head + (stream * reps)[:body]
 
 
-def _one(adapter: EngineAdapter, client: EngineClient, ids: list[int], max_tokens: int,
+def one(adapter: EngineAdapter, client: EngineClient, ids: list[int], max_tokens: int,
          options: EngineOptions, index: int) -> Response:
     t0 = time.monotonic()
     try:
@@ -60,10 +60,24 @@ def measure(adapter: EngineAdapter, client: EngineClient, options: EngineOptions
         for level in spec.levels:
             with ThreadPoolExecutor(max_workers=level) as pool:
                 responses = list(pool.map(
-                    lambda i, ids=ids: _one(adapter, client, ids, spec.max_tokens, options, i),
+                    lambda i, ids=ids: one(adapter, client, ids, spec.max_tokens, options, i),
                     range(spec.requests),
                 ))
             groups.append(Group(length=length, level=level, max_tokens=spec.max_tokens,
                                 prompt_sha256=digest, responses=responses))
             advanced(len(groups))
+    return groups
+
+
+def generations(adapter: EngineAdapter, client: EngineClient, options: EngineOptions,
+                prompts: dict[str, list[int]], max_tokens: int, repeats: int,
+                advanced: Callable[[int], None]) -> list[Group]:
+    """The generate probe: each prompt continued greedily `repeats` times, one at a time."""
+    groups = []
+    for tag, ids in prompts.items():
+        responses = [one(adapter, client, ids, max_tokens, options, i) for i in range(repeats)]
+        groups.append(Group(tag=tag, length=len(ids), level=1, max_tokens=max_tokens,
+                            prompt_sha256=hashlib.sha256(json.dumps(ids).encode()).hexdigest(),
+                            responses=responses))
+        advanced(len(groups))
     return groups

@@ -7,6 +7,14 @@ from typing import Any
 from servediff.report.table import fmt_nll, fmt_ppl, grid_cell
 
 
+def _first(entry: dict[str, Any]) -> str:
+    if not entry["divergences"]:
+        return ""
+    d = min(entry["divergences"], key=lambda d: d["first_position"])
+    return (f" (earliest: `{d['tag']}` at generated token {d['first_position']}, "
+            f"{d['differs_in']})")
+
+
 def _cached(values: list[int | None]) -> str:
     return ", ".join("not reported" if v is None else str(v) for v in values) or "-"
 
@@ -73,10 +81,21 @@ def render(summary: dict[str, Any], run_name: str) -> str:
                 lines += [f"Skipped: {s['length']} tokens ({s['reason']})."
                           for s in {s["length"]: s for s in skipped}.values()]
             lines.append("")
+        gen = data.get("generation")
+        if gen:
+            lines += ["", "Greedy generation (generate probe), prompts whose outputs diverged:"]
+            lines += [f"- within load {w['load']}: {w['diverged']} of {w['prompts']}"
+                      + _first(w) for w in gen["within_load"]]
+            lines += [f"- load {a['load_a']} vs load {a['load_b']}: {a['diverged']} of "
+                      f"{a['prompts']}" + _first(a) for a in gen["across_load"]]
+            lines.append("")
         if data["within_load_skipped"]:
             lines.append(f"Not compared: {len(data['within_load_skipped'])} repeat(s) measured "
                          "by a different launch than their load's first pass.")
         lines.append("")
+    for g in summary.get("generation_arm_shifts", []):
+        lines += [f"Greedy generation, `{g['arm_a']}` vs `{g['arm_b']}` (first loads): "
+                  f"{g['diverged']} of {g['prompts']} prompts diverged" + _first(g) + ".", ""]
     if summary["arm_shifts"]:
         lines += ["### Arm shifts (first load of each arm)", "",
                   "| arms | moved | max abs dNLL | text | bit-identical |",
