@@ -210,6 +210,8 @@ class Runner:
         except EngineError as exc:
             launch.error = str(exc)
             self.obs.note(f"{arm} load {load}: {exc}")
+            if proc is not None:
+                proc.exited_within(2.0)  # so a dying engine is recorded as a death
         finally:
             client.close()
             if proc is not None:
@@ -303,7 +305,7 @@ class Runner:
                 records.append(_record(tag, token_ids, label, batch_no, len(batch_tags),
                                        seconds, results[i] if error is None else None, error))
             self.obs.cell_advanced(len(records))
-            if error is not None and proc is not None and not proc.alive():
+            if error is not None and proc is not None and proc.exited_within(1.0):
                 # The rows measured before the death are evidence too: kept apart,
                 # so the cell itself stays to be measured again on resume.
                 partial = self._cell(cell, attempt, order, started, t0, engine_seconds,

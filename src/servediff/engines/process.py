@@ -118,6 +118,15 @@ class EngineProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def exited_within(self, seconds: float) -> bool:
+        """Wait up to `seconds` for the process to end on its own. A client can see the
+        connection reset a moment before the dying process is reaped."""
+        try:
+            self.proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def seconds_since_start(self) -> float:
         return time.monotonic() - self._t0
 
