@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from servediff.analysis import stats
 from servediff.evidence import Cell
 
 
@@ -74,8 +75,14 @@ def table(loads: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "lengths": lengths,
         "levels": levels,
-        "cells": [{"length": n, "level": c, **cells[(n, c)]} for n in lengths for c in levels
-                  if (n, c) in cells],
+        "cells": [
+            {"length": n, "level": c, **cells[(n, c)],
+             # exact interval on the rate of responses off the majority
+             "off_majority_ci95": stats.exact_ci(
+                 cells[(n, c)]["off_majority"],
+                 cells[(n, c)]["requests"] - cells[(n, c)]["errors"])}
+            for n in lengths for c in levels if (n, c) in cells
+        ],
     }
 
 

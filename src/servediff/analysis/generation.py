@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from itertools import combinations
 from typing import Any
 
+from servediff.analysis import stats
 from servediff.evidence import Cell, Group, Response
 
 
@@ -43,7 +44,8 @@ def _compare(a: Mapping[str, Response | None], b: Mapping[str, Response | None]
     tags = [t for t in a if t in b and a[t] is not None and b[t] is not None]
     diverged = [divergence(t, a[t], b[t]) for t in tags  # type: ignore[arg-type]
                 if a[t].hash != b[t].hash]  # type: ignore[union-attr]
-    return {"prompts": len(tags), "diverged": len(diverged), "divergences": diverged}
+    return {"prompts": len(tags), "diverged": len(diverged),
+            "diverged_ci95": stats.exact_ci(len(diverged), len(tags)), "divergences": diverged}
 
 
 def by_tag(cell: Cell) -> dict[str, Response | None]:
@@ -63,7 +65,9 @@ def analyse_arm(cells: list[Cell]) -> dict[str, Any] | None:
             if others:
                 diverged.append(divergence(g.tag or "", ok[0], others[0]))
         within.append({"load": cell.load, "prompts": len(cell.groups),
-                       "diverged": len(diverged), "divergences": diverged})
+                       "diverged": len(diverged),
+                       "diverged_ci95": stats.exact_ci(len(diverged), len(cell.groups)),
+                       "divergences": diverged})
     across = [{"load_a": x.load, "load_b": y.load, **_compare(by_tag(x), by_tag(y))}
               for x, y in combinations(mine, 2)]
     return {"within_load": within, "across_load": across}
