@@ -64,7 +64,7 @@ class ConcurrencyProbe(Strict):
     """
 
     enabled: bool = False
-    lengths: list[Annotated[int, Field(ge=2)]] = Field(default_factory=lambda: [128, 512, 1536])
+    lengths: list[Annotated[int, Field(ge=2)]] = Field(default_factory=lambda: [256, 768, 1536])
     levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 2, 4, 8])
     requests: Annotated[int, Field(ge=2, le=256)] = 8
     max_tokens: Annotated[int, Field(ge=1, le=1024)] = 16
