@@ -78,14 +78,21 @@ def _fetched_gguf(say: Callable[[str], None]) -> Path:
     return target
 
 
-def smollm2_dir(say: Callable[[str], None]) -> tuple[Path, dict[str, str]]:
-    """The converted SmolLM2 folder and the hashes that identify its weights."""
-    gguf = _installed_gguf() or _fetched_gguf(say)
+def _gguf_sha256(gguf: Path) -> str:
+    """sha256 of the GGUF, remembered per path, size and mtime (hashing takes a second)."""
     meta_cache = cache_root() / "gguf" / "sha256.json"
     known = json.loads(meta_cache.read_text()) if meta_cache.exists() else {}
     key = f"{gguf}:{gguf.stat().st_size}:{gguf.stat().st_mtime_ns}"
-    gguf_sha = known.get(key) or sha256_file(gguf)
-    atomic.write_json(meta_cache, {**known, key: gguf_sha})
+    digest: str = known.get(key) or sha256_file(gguf)
+    if key not in known:
+        atomic.write_json(meta_cache, {**known, key: digest})
+    return digest
+
+
+def smollm2_dir(say: Callable[[str], None]) -> tuple[Path, dict[str, str]]:
+    """The converted SmolLM2 folder and the hashes that identify its weights."""
+    gguf = _installed_gguf() or _fetched_gguf(say)
+    gguf_sha = _gguf_sha256(gguf)
     out = cache_root() / "models" / f"smollm2-135m-instruct-{gguf_sha[:16]}"
     meta = out / "servediff-model.json"
     if not meta.exists():
@@ -128,9 +135,10 @@ def weight_hashes(model_dir: Path) -> dict[str, str]:
 
 def smollm2_gguf(say: Callable[[str], None]) -> tuple[Path, dict[str, str]]:
     """The SmolLM2 GGUF itself (for engines that serve GGUF) and its hash."""
+    # No conversion here: an engine that serves the GGUF needs neither torch nor the
+    # converted folder.
     gguf = _installed_gguf() or _fetched_gguf(say)
-    _, hashes = smollm2_dir(say)
-    return gguf, {"gguf_sha256": hashes["gguf_sha256"]}
+    return gguf, {"gguf_sha256": _gguf_sha256(gguf)}
 
 
 def bos_token_id(model: Path) -> int | None:
