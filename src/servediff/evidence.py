@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
 
+# What a drift probe request asks for: a teacher-forced score or a greedy generation.
+RequestKind = Literal["score", "generate"]
+
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -58,7 +61,8 @@ class Response(Model):
     token_ids: list[int] = Field(default_factory=list)
     logprobs: list[float] = Field(default_factory=list)
     text: str = ""
-    # sha256 (16 hex) of the generated ids and their logprobs: what is compared.
+    # sha256 (16 hex) of the generated ids and their logprobs (score requests: the
+    # prompt logprobs): what is compared.
     hash: str | None = None
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
@@ -67,8 +71,13 @@ class Response(Model):
 
 
 class Group(Model):
-    """`requests` identical greedy generations of one prompt, `level` in flight at once."""
+    """`requests` identical requests for one prompt, `level` in flight at once.
 
+    `kind` "generate": greedy generations (generated ids and their logprobs);
+    "score": teacher-forced scoring of the prompt itself (its prompt logprobs).
+    """
+
+    kind: RequestKind = "generate"
     # generate probe: the corpus text the prompt was cut from
     tag: str | None = None
     length: int
@@ -132,6 +141,8 @@ class Launch(Model):
     # How the prefix cache was handled, and the cached prompt tokens the engine
     # reported for the first request after the start (must be 0; None: not reported).
     cache_isolation: str | None = None
+    # Whether this launch served with a prefix cache on (None: unknown, an external endpoint).
+    prefix_cache: bool | None = None
     first_request_cached_tokens: int | None = None
     weights_sha256: dict[str, str] = Field(default_factory=dict)
     error: str | None = None

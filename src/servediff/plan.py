@@ -22,11 +22,13 @@ from servediff import atomic
 from servediff.bundle import read_versioned
 from servediff.corpus import Corpus, load_corpus
 from servediff.errors import PlanError, PlanMismatchError
+from servediff.evidence import RequestKind
 from servediff.validation import describe
 
 LOCK_SCHEMA_VERSION = 1
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]{0,39}$")
 BUILTIN_MODELS = ("smollm2",)
+REQUEST_KINDS: list[RequestKind] = ["score", "generate"]
 
 
 class Strict(BaseModel):
@@ -68,6 +70,15 @@ class ConcurrencyProbe(Strict):
     levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 2, 4, 8])
     requests: Annotated[int, Field(ge=2, le=256)] = 8
     max_tokens: Annotated[int, Field(ge=1, le=1024)] = 16
+    # Scoring requests (prompt logprobs) and greedy generations: both, by default.
+    kinds: list[RequestKind] = Field(default_factory=lambda: list(REQUEST_KINDS))
+
+    @field_validator("kinds")
+    @classmethod
+    def _kinds(cls, kinds: list[RequestKind]) -> list[RequestKind]:
+        if not kinds:
+            raise ValueError("needs at least one of \"score\", \"generate\"")
+        return sorted(set(kinds), key=REQUEST_KINDS.index)
 
     @field_validator("levels")
     @classmethod

@@ -32,6 +32,7 @@ from servediff.evidence import (
     SCHEMA_VERSION,
     Cell,
     Conditions,
+    Group,
     Launch,
     LoadRecord,
     Record,
@@ -40,7 +41,7 @@ from servediff.evidence import (
     load_name,
 )
 from servediff.plan import Plan, lock, write_lock
-from servediff.probes import concurrency
+from servediff.probes import concurrency, generate
 
 HOST = "127.0.0.1"
 
@@ -242,6 +243,7 @@ class Runner:
         info = self.adapter.info(client)
         probe = self.adapter.tokenize(client, "Ready check: one real request.", options)
         launch.cache_isolation = self.adapter.cache_isolation(options)
+        launch.prefix_cache = self.adapter.prefix_cache(options)
         if "generate" in self.adapter.capabilities:
             # The first request after a start must find nothing cached.
             first = self.adapter.generate(client, probe, 1, options)
@@ -316,11 +318,8 @@ class Runner:
                     f"engine process died during {cell.name} ({len(records)} of {len(order)} "
                     f"rows kept in {path.relative_to(self.layout.root)}): {error}"
                 )
-        out = self._cell(cell, attempt, order, started, t0, engine_seconds, conditions, records)
-        atomic.write_json(self.layout.cell(cell.name), out.model_dump(mode="json"))
-        wall = out.wall_seconds
-        self.obs.cell_finished(cell.name, wall)
-
+        self._finish(self._cell(cell, attempt, order, started, t0, engine_seconds, conditions,
+                                records))
 
     def _run_concurrency(self, cell: CellSpec, client: EngineClient, launch: Launch,
                          options: EngineOptions) -> None:
@@ -336,33 +335,41 @@ class Runner:
                                 f"generated tokens exceed the context of {limit}"})
             else:
                 prompts[length] = concurrency.prompt_of_length(stream, head, length)
-        self.obs.cell_starting(cell.name, len(prompts) * len(spec.levels))
-        conditions = read_conditions()
-        started, t0 = time.time(), time.monotonic()
-        groups = concurrency.measure(self.adapter, client, options, prompts, spec,
-                                     self.obs.cell_advanced)
-        # Every second of this cell is spent waiting on the engine's responses.
-        out = self._cell(cell, launch.attempt, [], started, t0, time.monotonic() - t0,
-                         conditions, [])
-        out.groups, out.prompts, out.skipped = groups, prompts, skipped
-        atomic.write_json(self.layout.cell(cell.name), out.model_dump(mode="json"))
-        self.obs.cell_finished(cell.name, out.wall_seconds)
+        kinds = list(spec.kinds)
+        if "score" in kinds and self.adapter.concurrent_scoring_gap:
+            kinds.remove("score")
+            skipped.append({"kind": "score", "reason": self.adapter.concurrent_scoring_gap})
+        total = len(prompts) * len(spec.levels) * len(kinds)
+        out = self._probe_cell(cell, launch, [], total, lambda advanced: concurrency.measure(
+            self.adapter, client, options, prompts, spec, kinds, advanced))
+        out.prompts, out.skipped = prompts, skipped
+        self._finish(out)
 
     def _run_generate(self, cell: CellSpec, client: EngineClient, launch: Launch,
                       options: EngineOptions, ids: dict[str, tuple[list[int], str]]) -> None:
         spec = self.plan.probes.generate
         tags = [t.tag for t in self.corpus.texts][: spec.texts]
         prompts = {tag: ids[tag][0][: spec.prompt_tokens] for tag in tags}
-        self.obs.cell_starting(cell.name, len(prompts))
+        self._finish(self._probe_cell(cell, launch, tags, len(prompts), lambda advanced: (
+            generate.measure(self.adapter, client, options, prompts, spec.max_tokens,
+                             spec.repeats, advanced))))
+
+    def _probe_cell(self, cell: CellSpec, launch: Launch, order: list[str], total: int,
+                    measure: Callable[[Callable[[int], None]], list[Group]]) -> Cell:
+        """A cell of groups of identical requests; every second of it waits on the engine."""
+        self.obs.cell_starting(cell.name, total)
         conditions = read_conditions()
         started, t0 = time.time(), time.monotonic()
-        groups = concurrency.generations(self.adapter, client, options, prompts,
-                                         spec.max_tokens, spec.repeats, self.obs.cell_advanced)
-        out = self._cell(cell, launch.attempt, tags, started, t0, time.monotonic() - t0,
+        groups = measure(self.obs.cell_advanced)
+        out = self._cell(cell, launch.attempt, order, started, t0, time.monotonic() - t0,
                          conditions, [])
         out.groups = groups
-        atomic.write_json(self.layout.cell(cell.name), out.model_dump(mode="json"))
-        self.obs.cell_finished(cell.name, out.wall_seconds)
+        return out
+
+    def _finish(self, out: Cell) -> None:
+        name = cell_name(out.arm, out.load, out.probe, out.repeat)
+        atomic.write_json(self.layout.cell(name), out.model_dump(mode="json"))
+        self.obs.cell_finished(name, out.wall_seconds)
 
     @staticmethod
     def _cell(cell: CellSpec, attempt: int, order: list[str], started: float, t0: float,

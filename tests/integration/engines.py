@@ -49,26 +49,28 @@ CONCURRENCY = ("[probes.concurrency]\nenabled = true\nlengths = [64, 512]\nlevel
                "requests = 8\nmax_tokens = 8\n")
 
 
-def check_concurrency_table(run: Path, arm: str) -> dict:
-    """The summary's length x concurrency table, recomputed from the raw hashes."""
+def check_concurrency_table(run: Path, arm: str, kinds: list[str]) -> dict:
+    """The summary's request x length x concurrency table, recomputed from the raw hashes."""
     from collections import Counter
 
     summary = json.loads((run / "summary.json").read_text())
     conc = summary["arms"][arm]["concurrency"]
-    expected: dict[tuple[int, int], dict[str, int]] = {}
+    expected: dict[tuple[str, int, int], dict[str, int]] = {}
     for path in sorted((run / "cells").glob(f"{arm}-load*-concurrency.json")):
         for group in json.loads(path.read_text())["groups"]:
             hashes = Counter(r["hash"] for r in group["responses"] if r["status"] == "ok")
             assert all(r["status"] == "ok" for r in group["responses"]), group
-            entry = expected.setdefault((group["length"], group["level"]),
+            entry = expected.setdefault((group["kind"], group["length"], group["level"]),
                                         {"distinct": 0, "off_majority": 0})
             entry["distinct"] = max(entry["distinct"], len(hashes))
             entry["off_majority"] += sum(hashes.values()) - hashes.most_common(1)[0][1]
-    got = {(e["length"], e["level"]): {"distinct": e["distinct"],
-                                       "off_majority": e["off_majority"]}
+    got = {(e["kind"], e["length"], e["level"]): {"distinct": e["distinct"],
+                                                  "off_majority": e["off_majority"]}
            for e in conc["table"]["cells"]}
     assert got == expected
-    assert sorted({n for n, _ in got}) == [64, 512] and sorted({c for _, c in got}) == [1, 2, 4]
-    control = all(v["distinct"] == 1 for (n, c), v in expected.items() if c == 1)
+    assert sorted({k for k, _, _ in got}) == sorted(kinds)
+    assert sorted({n for _, n, _ in got}) == [64, 512]
+    assert sorted({c for _, _, c in got}) == [1, 2, 4]
+    control = all(v["distinct"] == 1 for (_, n, c), v in expected.items() if c == 1)
     assert conc["control_ok"] is control
     return summary

@@ -277,3 +277,25 @@ def test_scoring_batch_size_within_one_load_is_named(tmp_path: Path):
         assert arm["signature"] == "batch-composition (scoring batch size 1 vs 8)"
     elif not moved:
         assert arm["signature"] == "bit-identical"
+
+
+def test_concurrency_grid_scores_and_generates(tmp_path: Path):
+    from tests.integration.engines import CONCURRENCY, check_concurrency_table
+
+    (tmp_path / "plan.toml").write_text(
+        'engine = "transformers"\nmodel = "smollm2"\nloads_per_arm = 1\n'
+        '[engine_options]\ndevice = "cpu"\n[arms.a]\n[corpus]\ntags = ["json-event"]\n'
+        "[probes.repeat]\ncount = 0\n" + CONCURRENCY)
+    done = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run = tmp_path / "run"
+    summary = check_concurrency_table(run, "a", ["score", "generate"])
+    cell = json.loads((run / "cells" / "a-load1-concurrency.json").read_text())
+    score = [g for g in cell["groups"] if g["kind"] == "score"]
+    # a scoring response is the prompt's logprobs: one per prompt token after the first
+    assert {len(r["logprobs"]) for g in score for r in g["responses"]} == {63, 511}
+    sig = summary["arms"]["a"]["signature"]
+    conc = summary["arms"]["a"]["concurrency"]
+    assert ("batch-composition" in sig) == (conc["control_ok"] and conc["batch_composition"])
+    assert "| score | 512 |" in (run / "report.md").read_text()
+    assert_all_stopped(run)

@@ -182,10 +182,12 @@ def test_llama_server_concurrency_grid_with_four_slots(tmp_path: Path, llama_ser
         "[arms.seq]\n[arms.conc4]\noptions = { concurrency = 4 }\n", "[arms.np4]\n")
     plan = plan.replace("[probes.repeat]\ncount = 1\n", "[probes.repeat]\ncount = 0\n")
     run = run_plan(tmp_path, plan + CONCURRENCY)
-    summary = check_concurrency_table(run, "np4")
+    # one score costs a request per position on llama-server: generations only, and why
+    summary = check_concurrency_table(run, "np4", ["generate"])
     assert_all_stopped(run)
     report = (run / "report.md").read_text()
-    assert "| prompt tokens | c=1 (control) | c=2 | c=4 |" in report
+    assert "| request | prompt tokens | c=1 (control) | c=2 | c=4 |" in report
+    assert "Skipped: score requests (llama-server has no prompt-logprob endpoint" in report
     conc = summary["arms"]["np4"]["concurrency"]
     # whatever llama.cpp does on this CPU is what the signature says
     assert ("batch-composition" in summary["arms"]["np4"]["signature"]) == \
@@ -197,7 +199,7 @@ def test_vllm_concurrency_grid(tmp_path: Path, vllm_python: Path):
     plan = plan.replace("[arms.compiled]\n", "").replace("[probes.repeat]\ncount = 1\n",
                                                          "[probes.repeat]\ncount = 0\n")
     run = run_plan(tmp_path, plan + CONCURRENCY)
-    summary = check_concurrency_table(run, "eager")
+    summary = check_concurrency_table(run, "eager", ["score", "generate"])
     assert_all_stopped(run)
     conc = summary["arms"]["eager"]["concurrency"]
     assert ("batch-composition" in summary["arms"]["eager"]["signature"]) == \

@@ -27,8 +27,9 @@ def test_batch_composition_found_with_its_length_floor(tmp_path: Path):
     arm = summary["arms"]["a"]
     conc = arm["concurrency"]
     assert conc["control_ok"] is True
-    assert conc["first_drift"] == {"length": 512, "level": 4}
-    assert arm["signature"] == "batch-composition (from 512 tokens at concurrency 4)"
+    assert conc["first_drift"] == {"length": 512, "level": 4, "kinds": ["generate"]}
+    assert arm["signature"] == \
+        "batch-composition (greedy generations from 512 tokens at concurrency 4)"
     grid = {(e["length"], e["level"]): e for e in conc["table"]["cells"]}
     assert grid[(512, 4)]["distinct"] == 3 and grid[(512, 4)]["off_majority"] == 2
     assert grid[(2048, 2)]["distinct"] == 2 and grid[(2048, 2)]["off_majority"] == 1
@@ -37,8 +38,8 @@ def test_batch_composition_found_with_its_length_floor(tmp_path: Path):
     root = tmp_path
     write_derived(root)
     report = (root / "report.md").read_text()
-    assert "| 512 | 1 | 1 | 3 (2 off) |" in report
-    assert "| prompt tokens | c=1 (control) | c=2 | c=4 |" in report
+    assert "| generate | 512 | 1 | 1 | 3 (2 off) |" in report
+    assert "| request | prompt tokens | c=1 (control) | c=2 | c=4 |" in report
 
 
 def test_failed_control_is_named_before_anything_else(tmp_path: Path):
@@ -57,7 +58,7 @@ def test_errors_are_counted_not_compared(tmp_path: Path):
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1,
                                                   concurrency=True)))
     grid = summary["arms"]["a"]["concurrency"]["table"]["cells"]
-    assert grid[1] == {"length": 256, "level": 2, "distinct": 1, "off_majority": 0,
+    assert grid[1] == {"kind": "generate", "length": 256, "level": 2, "distinct": 1, "off_majority": 0,
                        "requests": 4, "errors": 1, "off_majority_ci95": [0.0, grid[1][
                            "off_majority_ci95"][1]]}
     assert grid[1]["off_majority_ci95"][1] > 0.5  # 0 of 3: the interval stays wide
@@ -71,8 +72,8 @@ def test_generation_that_differs_between_loads_is_across_load(tmp_path: Path):
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",),
                                                   concurrency=True)))
     assert summary["arms"]["a"]["signature"] == "across-load only"
-    assert summary["arms"]["a"]["concurrency"]["generation_across_loads"] == [
-        {"length": 256, "loads": [1, 2], "distinct": 2}]
+    assert summary["arms"]["a"]["concurrency"]["across_loads"] == [
+        {"kind": "generate", "length": 256, "loads": [1, 2], "distinct": 2}]
 
 
 def batch_cell(shift: float):
@@ -98,7 +99,7 @@ def test_batch_size_without_effect_stays_bit_identical(tmp_path: Path):
 def generate_cell(arm: str, load: int, outputs: dict[str, list[list[int]]]):
     """A generate cell: per tag, the token ids each repeat produced."""
     from servediff.evidence import Cell, Group, Response
-    from servediff.probes.concurrency import response_hash
+    from servediff.probes.requests import response_hash
     from tests.fixtures.bundles import conditions
 
     groups = [Group(tag=tag, length=8, level=1, max_tokens=3, prompt_sha256="p" * 64,
@@ -135,3 +136,66 @@ def test_generation_divergence_positions(tmp_path: Path):
     assert (shift["prompts"], shift["diverged"], shift["divergences"]) == (2, 0, [])
     assert shift["diverged_ci95"][0] == 0.0
     assert "generate" in summary["untested"]  # the fixture plan did not enable it
+
+
+def test_scoring_and_generation_requests_have_their_own_rows(tmp_path: Path):
+    outcomes = {("score", 256, 1): STABLE, ("score", 256, 2): ["h", "h", "s", "h"],
+                ("generate", 256, 1): STABLE, ("generate", 256, 2): STABLE,
+                ("score", 1024, 1): STABLE, ("score", 1024, 2): ["h", "t", "t", "h"],
+                ("generate", 1024, 1): STABLE, ("generate", 1024, 2): ["h", "g", "h", "h"]}
+    cells = [*score_cells("a", 1), concurrency_cell("a", 1, outcomes)]
+    root = make_bundle(tmp_path, cells, arms=("a",), loads=1, concurrency=True)
+    summary = summarize(read_evidence(root))
+    conc = summary["arms"]["a"]["concurrency"]
+    assert conc["table"]["kinds"] == ["score", "generate"]
+    grid = {(e["kind"], e["length"], e["level"]): e for e in conc["table"]["cells"]}
+    assert grid[("score", 256, 2)]["distinct"] == 2
+    assert grid[("generate", 256, 2)]["distinct"] == 1
+    assert grid[("score", 1024, 2)]["off_majority"] == 2
+    # only scoring requests drift at 256 tokens: the floor is named per kind
+    assert conc["first_drift"] == {"length": 256, "level": 2, "kinds": ["score"]}
+    assert summary["arms"]["a"]["signature"] == \
+        "batch-composition (scoring requests from 256 tokens at concurrency 2)"
+    write_derived(root)
+    report = (root / "report.md").read_text()
+    assert "| score | 256 | 1 | 2 (1 off) |" in report
+    assert "| generate | 1024 | 1 | 2 (1 off) |" in report
+
+
+def test_cached_responses_that_differ_are_cache_dependent(tmp_path: Path):
+    # with the prefix cache on, the first request of each group is computed fresh and
+    # the rest reuse its prefix; at 512 tokens the cached ones come out different
+    outcomes = {(128, 1): ["h", "h@", "h@", "h@"], (128, 2): ["h", "h@", "h@", "h@"],
+                (512, 1): ["h", "k@", "k@", "k@"], (512, 2): ["h", "k@", "k@", "k@"]}
+    cells = [*score_cells("a", 1), concurrency_cell("a", 1, outcomes)]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1,
+                                                  concurrency=True,
+                                                  prefix_cache={"a": True})))
+    arm = summary["arms"]["a"]
+    splits = arm["concurrency"]["cache_splits"]
+    assert [(s["length"], s["level"], s["differ"]) for s in splits] == [
+        (128, 1, False), (128, 2, False), (512, 1, True), (512, 2, True)]
+    assert splits[2]["cached"] == 3 and splits[2]["uncached"] == 1
+    assert "cache-dependent (2 of 4 groups" in arm["signature"]
+    assert arm["prefix_cache"] is True
+    assert "prefix cache" in arm["signature_meaning"]
+
+
+def test_within_load_drift_only_with_the_cache_on_is_cache_dependent(tmp_path: Path):
+    cells = [cell("off", 1), cell("off", 1, "repeat", 1),
+             cell("on", 1), cell("on", 1, "repeat", 1, shifts={"beta": 1e-4})]
+    summary = summarize(read_evidence(make_bundle(
+        tmp_path, cells, arms=("off", "on"), loads=1, prefix_cache={"on": True})))
+    assert summary["arms"]["off"]["signature"] == "bit-identical"
+    assert summary["arms"]["off"]["prefix_cache"] is False
+    assert summary["arms"]["on"]["signature"] == (
+        "within-load + cache-dependent (prefix cache on; `off` with it off held still "
+        "within its loads)")
+
+
+def test_within_load_drift_with_both_caches_off_is_not_cache_dependent(tmp_path: Path):
+    cells = [cell("off", 1), cell("off", 1, "repeat", 1),
+             cell("on", 1), cell("on", 1, "repeat", 1, shifts={"beta": 1e-4})]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("off", "on"),
+                                                  loads=1)))
+    assert summary["arms"]["on"]["signature"] == "within-load"

@@ -40,6 +40,8 @@ SIGNATURES = {
     "batch-composition": "identical requests give different results when they share the "
                          "engine with others; alone they agree",
     "non-deterministic alone": "identical requests sent one at a time already disagree",
+    "cache-dependent": "a result changes with whether its prefix came from the prefix cache "
+                       "or was computed fresh",
 }
 
 
@@ -95,10 +97,16 @@ def signature(across: list[Comparison], within: list[Comparison],
                         f"batch-composition ({versus}; no same-size repeat as control)")
     if conc is not None and conc["control_ok"] and conc["batch_composition"]:
         first = conc["first_drift"]
-        findings.append(f"batch-composition (from {first['length']} tokens at "
+        what = " and ".join(KIND_NAMES[k] for k in first.get("kinds", ["generate"]))
+        findings.append(f"batch-composition ({what} from {first['length']} tokens at "
                         f"concurrency {first['level']})")
+    splits = [*(conc or {}).get("cache_splits", []), *(gen or {}).get("cache_splits", [])]
+    differing = [x for x in splits if x["differ"]]
+    if differing:
+        findings.append(f"cache-dependent ({len(differing)} of {len(splits)} groups: responses "
+                        "served from the prefix cache differ from those computed fresh)")
     generation_moved = conc is not None and any(
-        g["distinct"] > 1 for g in conc["generation_across_loads"])
+        g["distinct"] > 1 for g in conc["across_loads"])
     if any(c.moved for c in across) or generation_moved or gen_across:
         findings.append("across-load only" if not findings else "across-load")
     if findings:
@@ -157,14 +165,34 @@ def analyse_arm(cells: list[Cell], threshold: float) -> dict[str, Any]:
         "concurrency": conc,
         "generation": gen,
         "signature": sig,
-        "signature_meaning": "; ".join(
-            SIGNATURES[part.split(" (")[0]] for part in sig.split(" + ")),
+        "signature_meaning": meaning(sig),
         "invalid_rows": sum(r.status == "invalid" for c in cells for r in c.records),
         "error_rows": sum(r.status == "error" for c in cells for r in c.records),
     }
 
 
 STABLE = ("bit-identical", "stable within threshold")
+KIND_NAMES = {"score": "scoring requests", "generate": "greedy generations"}
+
+
+def cache_dependence(per_arm: dict[str, dict[str, Any]], cache_on: Mapping[str, bool | None]
+                     ) -> None:
+    """Name within-load drift of a cache-on arm cache-dependent when a cache-off arm of the
+    same plan held still within its loads: the cache is the difference between them."""
+    still = [arm for arm, on in cache_on.items()
+             if on is False and "within-load" not in per_arm[arm]["signature"]
+             and per_arm[arm]["within_load"]]
+    for arm, on in cache_on.items():
+        sig = per_arm[arm]["signature"]
+        if on and "within-load" in sig and "cache-dependent" not in sig and still:
+            per_arm[arm]["signature"] = (
+                f"{sig} + cache-dependent (prefix cache on; `{still[0]}` with it off "
+                "held still within its loads)")
+            per_arm[arm]["signature_meaning"] = meaning(per_arm[arm]["signature"])
+
+
+def meaning(sig: str) -> str:
+    return "; ".join(SIGNATURES[part.split(" (")[0]] for part in sig.split(" + "))
 
 
 def shift_signature(moved_count: int, sig_a: str, sig_b: str) -> str:
@@ -220,6 +248,10 @@ def summarize(evidence: Evidence) -> dict[str, Any]:
     for cell in evidence.cells:
         by_arm.setdefault(cell.arm, []).append(cell)
     per_arm = {arm: analyse_arm(by_arm[arm], threshold) for arm in arms}
+    cache_on = {arm: prefix_cache_of(evidence, arm) for arm in arms}
+    cache_dependence(per_arm, cache_on)
+    for arm in arms:
+        per_arm[arm]["prefix_cache"] = cache_on[arm]
     expected_loads = plan["loads_per_arm"]
     gaps = []
     for arm in arms:
@@ -272,6 +304,13 @@ def summarize(evidence: Evidence) -> dict[str, Any]:
         },
         "gaps": gaps,
     }
+
+
+def prefix_cache_of(evidence: Evidence, arm: str) -> bool | None:
+    """Whether the arm's launches served with a prefix cache (None: not recorded)."""
+    states = {launch.prefix_cache for rec in evidence.loads if rec.arm == arm
+              for launch in rec.launches if launch.seconds_to_ready is not None}
+    return states.pop() if len(states) == 1 else None
 
 
 def setup(evidence: Evidence) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from itertools import combinations
 from typing import Any
 
 from servediff.analysis import stats
+from servediff.analysis.concurrency import cache_split
 from servediff.evidence import Cell, Group, Response
 
 
@@ -70,7 +71,8 @@ def analyse_arm(cells: list[Cell]) -> dict[str, Any] | None:
                        "divergences": diverged})
     across = [{"load_a": x.load, "load_b": y.load, **_compare(by_tag(x), by_tag(y))}
               for x, y in combinations(mine, 2)]
-    return {"within_load": within, "across_load": across}
+    splits = [x for cell in mine for g in cell.groups if (x := cache_split(g))]
+    return {"within_load": within, "across_load": across, "cache_splits": splits}
 
 
 def across_arms(by_arm: Mapping[str, list[Cell]]) -> list[dict[str, Any]]:

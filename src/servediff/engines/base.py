@@ -94,6 +94,9 @@ class EngineAdapter(ABC):
     default_command: ClassVar[list[str]] = []
     # Said wherever the engine is listed, e.g. that it never ran against the real thing.
     caveat: ClassVar[str | None] = None
+    # Why scoring requests are left out of the concurrency probe, when one score costs
+    # far more than one request (llama-server's one request per position).
+    concurrent_scoring_gap: ClassVar[str | None] = None
 
     def launch(self, template: list[str] | None, model: str, host: str, port: int,
                args: list[str], options: EngineOptions) -> LaunchSpec:
@@ -128,6 +131,10 @@ class EngineAdapter(ABC):
     def cache_isolation(self, options: EngineOptions) -> str:
         """How this arm's prefix cache is handled, said in the load record."""
         return "no prefix cache in this engine"
+
+    def prefix_cache(self, options: EngineOptions) -> bool | None:
+        """Whether this arm serves with a prefix cache on (None: cannot be known)."""
+        return False
 
     def capacity_from_log(self, log_text: str) -> dict[str, Any]:
         """Capacity the engine only prints at start-up (vLLM's KV cache line)."""

@@ -41,6 +41,9 @@ class ExternalAdapter(EngineAdapter):
     def cache_isolation(self, options: EngineOptions) -> str:
         return "unknown: an external endpoint's cache is not under servediff's control"
 
+    def prefix_cache(self, options: EngineOptions) -> None:
+        return None
+
     def info(self, client: EngineClient) -> EngineInfo:
         first = openai_api.first_model(client)
         self._served = str(first["id"])

@@ -86,6 +86,11 @@ class LlamaCppAdapter(EngineAdapter):
     )
     options_model = LlamaCppOptions
     model_format = "gguf"
+    concurrent_scoring_gap = (
+        "llama-server has no prompt-logprob endpoint: one score is one request per prompt "
+        "position (n^2/2 prompt tokens), so scoring requests are not sent concurrently; the "
+        "greedy generation requests measure its batched forward pass"
+    )
     default_command: ClassVar[list[str]] = [
         "llama-server", "-m", "{model}", "--host", "{host}", "--port", "{port}",
     ]
@@ -94,6 +99,10 @@ class LlamaCppAdapter(EngineAdapter):
         assert isinstance(options, LlamaCppOptions)
         return ("prompt cache ON: cache_prompt true (a cache arm)" if options.cache_prompt else
                 "prompt cache off: cache_prompt false on every request")
+
+    def prefix_cache(self, options: EngineOptions) -> bool:
+        assert isinstance(options, LlamaCppOptions)
+        return options.cache_prompt
 
     def info(self, client: EngineClient) -> EngineInfo:
         props: dict[str, Any] = client.get_json("/props")

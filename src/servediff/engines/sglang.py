@@ -103,6 +103,10 @@ class SglangAdapter(EngineAdapter):
         return ("radix cache ON (a cache arm)" if options.prefix_cache else
                 "radix cache off: --disable-radix-cache")
 
+    def prefix_cache(self, options: EngineOptions) -> bool:
+        assert isinstance(options, SglangOptions)
+        return options.prefix_cache
+
     def info(self, client: EngineClient) -> EngineInfo:
         raw: dict[str, Any] = client.get_json("/get_server_info")
         total = _find(raw, "max_total_num_tokens")

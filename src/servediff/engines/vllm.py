@@ -81,6 +81,10 @@ class VllmAdapter(EngineAdapter):
         return ("prefix cache ON (a cache arm)" if options.prefix_cache else
                 "prefix cache off: --no-enable-prefix-caching")
 
+    def prefix_cache(self, options: EngineOptions) -> bool:
+        assert isinstance(options, VllmOptions)
+        return options.prefix_cache
+
     def info(self, client: EngineClient) -> EngineInfo:
         version = client.get_json("/version")
         first = openai_api.first_model(client)

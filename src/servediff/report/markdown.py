@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servediff.report.table import fmt_nll, fmt_ppl, grid_cell
+from servediff.report.table import fmt_nll, fmt_ppl, grid_rows, skip_label
 
 
 def _first(entry: dict[str, Any]) -> str:
@@ -62,24 +62,26 @@ def render(summary: dict[str, Any], run_name: str) -> str:
         conc = data.get("concurrency")
         if conc:
             grid = conc["table"]
-            lines += ["", f"Concurrency probe (identical greedy requests; distinct results, "
+            lines += ["", f"Concurrency probe (identical requests; distinct results, "
                       f"responses off the majority, summed over {len(conc['loads'])} load(s)). "
                       "Concurrency-1 control: "
                       + ("every length gave one result." if conc["control_ok"] else
                          "FAILED: requests sent one at a time already disagree."), "",
-                      "| prompt tokens | " + " | ".join(
+                      "| request | prompt tokens | " + " | ".join(
                           f"c={c}" + (" (control)" if c == 1 else "") for c in grid["levels"])
                       + " |",
-                      "| --- |" + " --- |" * len(grid["levels"])]
-            for length in grid["lengths"]:
-                row = {e["level"]: grid_cell(e) for e in grid["cells"] if e["length"] == length}
-                lines.append(f"| {length} | " + " | ".join(row.get(c, "-")
-                                                          for c in grid["levels"]) + " |")
+                      "| --- | --- |" + " --- |" * len(grid["levels"])]
+            for kind, length, row in grid_rows(grid):
+                lines.append(f"| {kind} | {length} | " + " | ".join(row) + " |")
             skipped = [s for load in conc["loads"] for s in load["skipped"]]
             if skipped:
                 lines.append("")
-                lines += [f"Skipped: {s['length']} tokens ({s['reason']})."
-                          for s in {s["length"]: s for s in skipped}.values()]
+                lines += [f"Skipped: {skip_label(s)} ({s['reason']})."
+                          for s in {skip_label(s): s for s in skipped}.values()]
+            splits = conc.get("cache_splits", [])
+            if splits:
+                lines += ["", f"Prefix cache: {len(splits)} group(s) mixed cached and fresh "
+                          f"responses; in {sum(x['differ'] for x in splits)} they differed."]
             lines.append("")
         gen = data.get("generation")
         if gen:

@@ -54,6 +54,24 @@ def grid_cell(entry: dict[str, Any]) -> str:
     return text
 
 
+def grid_rows(grid: dict[str, Any]) -> list[tuple[str, int, list[str]]]:
+    """(request kind, prompt length, one entry per level) rows of a concurrency table."""
+    out = []
+    for kind in grid.get("kinds", ["generate"]):
+        for length in grid["lengths"]:
+            row = {e["level"]: grid_cell(e) for e in grid["cells"]
+                   if e["length"] == length and e.get("kind", "generate") == kind}
+            if row:
+                out.append((kind, length, [row.get(c, "-") for c in grid["levels"]]))
+    return out
+
+
+def skip_label(skip: dict[str, Any]) -> str:
+    if "length" in skip:
+        return f"{skip['length']} tokens"
+    return f"{skip['kind']} requests"
+
+
 def concurrency_tables(summary: dict[str, Any]) -> list[Table]:
     tables = []
     for arm, data in summary["arms"].items():
@@ -63,11 +81,11 @@ def concurrency_tables(summary: dict[str, Any]) -> list[Table]:
         grid = conc["table"]
         table = Table(title=f"{arm}: distinct results of identical requests, prompt length x "
                       f"concurrency (control {'ok' if conc['control_ok'] else 'FAILED'})")
+        table.add_column("request")
         table.add_column("tokens")
         for level in grid["levels"]:
             table.add_column(f"c={level}" + (" (control)" if level == 1 else ""))
-        for length in grid["lengths"]:
-            row = {e["level"]: grid_cell(e) for e in grid["cells"] if e["length"] == length}
-            table.add_row(str(length), *(row.get(level, "-") for level in grid["levels"]))
+        for kind, length, row in grid_rows(grid):
+            table.add_row(kind, str(length), *row)
         tables.append(table)
     return tables
