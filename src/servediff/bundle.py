@@ -2,9 +2,10 @@
 
     runs/<run-id>/
       plan.lock.json                 canonical plan + corpus + sha256
-      loads/<arm>-load<N>.json       launch and stop records
+      loads/<arm>-load<N>.json       launch and stop records (cost loads: <arm>-cost<N>)
       cells/<arm>-load<N>-<probe>[-r<k>].json
       partial/<cell>-a<attempt>.json rows measured before an engine died mid-cell
+      partial/<cell>-progress.json   a sweep's points so far (until the sweep is complete)
       logs/<arm>-load<N>.log         engine stdout/stderr
       summary.json                   derived (analysis)
       report.md                      derived (report)
@@ -57,6 +58,10 @@ class Layout:
     def partial(self, name: str, attempt: int) -> Path:
         """Rows of a cell whose engine died before the cell finished."""
         return self.root / "partial" / f"{name}-a{attempt}.json"
+
+    def progress(self, name: str) -> Path:
+        """A sweep's points so far, until the sweep cell is complete."""
+        return self.root / "partial" / f"{name}-progress.json"
 
     def load(self, name: str) -> Path:
         return self.root / "loads" / f"{name}.json"

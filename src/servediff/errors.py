@@ -70,4 +70,11 @@ class EngineStartError(EngineError):
 
 
 class EngineRequestError(EngineError):
-    pass
+    """`status`: the HTTP status of an error response (None: no response came back);
+    `timed_out`: the request ran past its timeout."""
+
+    def __init__(self, message: str, status: int | None = None,
+                 timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.timed_out = timed_out

@@ -87,11 +87,71 @@ class Group(Model):
     responses: list[Response]
 
 
+class SpeedSample(Model):
+    """One replicate of the speed probe at one prompt length.
+
+    `ttft_s` is the latency of a one-token request; `total_s` of a request for
+    `generated` tokens on an equal-length prompt of its own."""
+
+    replicate: int
+    warmup: bool
+    prompt_tokens: int
+    achieved_prompt_tokens: int | None = None
+    ttft_s: float | None = None
+    total_s: float | None = None
+    generated: int = 0
+    prefill_tok_s: float | None = None
+    decode_tok_s: float | None = None
+    status: Literal["ok", "error"] = "ok"
+    error: str | None = None
+
+
+Outcome = Literal["ok", "error", "hang", "death"]
+
+
+class SweepPoint(Model):
+    """`level` prompts of `length` tokens sent at once, and what became of the server."""
+
+    length: int
+    level: int
+    outcome: Outcome
+    # server-counted prompt tokens per request that came back
+    achieved_prompt_tokens: list[int | None] = Field(default_factory=list)
+    # every achieved count within the plan's tolerance of `length`
+    achieved_ok: bool | None = None
+    seconds: float = 0.0
+    http_status: int | None = None
+    error: str | None = None
+    # death: how the process ended and what it printed last
+    returncode: int | None = None
+    signal: str | None = None
+    log_tail: str | None = None
+    health_answered: bool | None = None
+    launch: int = 1
+
+
+class PrefixSample(Model):
+    """One request of the prefix probe: the shared prefix plus question `index`."""
+
+    index: int
+    prompt_tokens: int
+    ttft_s: float | None = None
+    cached_tokens: int | None = None
+    status: Literal["ok", "error"] = "ok"
+    error: str | None = None
+
+
+Probe = Literal["score", "repeat", "batch", "concurrency", "generate", "speed", "sweep",
+                "prefix"]
+Phase = Literal["drift", "cost"]
+
+
 class Cell(Model):
     schema_version: int = SCHEMA_VERSION
     arm: str
     load: int
-    probe: Literal["score", "repeat", "batch", "concurrency", "generate"]
+    phase: Phase = "drift"
+    probe: Probe
     repeat: int
     launch: int
     order: list[str]
@@ -104,6 +164,13 @@ class Cell(Model):
     groups: list[Group] = Field(default_factory=list)
     prompts: dict[int, list[int]] = Field(default_factory=dict)
     skipped: list[dict[str, Any]] = Field(default_factory=list)
+    # cost probes
+    speed: list[SpeedSample] = Field(default_factory=list)
+    sweep: list[SweepPoint] = Field(default_factory=list)
+    # the sweep's planned points, in order, and the context length they came from
+    sweep_plan: list[tuple[int, int]] = Field(default_factory=list)
+    context_length: int | None = None
+    prefix: list[PrefixSample] = Field(default_factory=list)
 
 
 class Stop(Model):
@@ -154,14 +221,16 @@ class LoadRecord(Model):
     schema_version: int = SCHEMA_VERSION
     arm: str
     load: int
+    phase: Phase = "drift"
     launches: list[Launch] = Field(default_factory=list)
 
 
-def cell_name(arm: str, load: int, probe: str, repeat: int) -> str:
+def cell_name(arm: str, load: int, probe: str, repeat: int, phase: str = "drift") -> str:
     # `repeat` is the repeat number, or for the batch probe the batch size.
     suffix = {"repeat": f"-r{repeat}", "batch": f"-b{repeat}"}.get(probe, "")
-    return f"{arm}-load{load}-{probe}{suffix}"
+    return f"{load_name(arm, load, phase)}-{probe}{suffix}"
 
 
-def load_name(arm: str, load: int) -> str:
-    return f"{arm}-load{load}"
+def load_name(arm: str, load: int, phase: str = "drift") -> str:
+    """Drift loads are `<arm>-load<N>`, cost loads `<arm>-cost<N>`."""
+    return f"{arm}-{'cost' if phase == 'cost' else 'load'}{load}"

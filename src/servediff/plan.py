@@ -65,7 +65,7 @@ class ConcurrencyProbe(Strict):
     from 1 to 8, and 8 identical requests per cell.
     """
 
-    enabled: bool = False
+    enabled: bool = True
     lengths: list[Annotated[int, Field(ge=2)]] = Field(default_factory=lambda: [256, 768, 1536])
     levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 2, 4, 8])
     requests: Annotated[int, Field(ge=2, le=256)] = 8
@@ -100,17 +100,77 @@ class ConcurrencyProbe(Strict):
 class GenerateProbe(Strict):
     """Greedy continuations of corpus texts, hashed across repeats, loads and arms."""
 
-    enabled: bool = False
+    enabled: bool = True
     texts: Annotated[int, Field(ge=1)] = 8
     prompt_tokens: Annotated[int, Field(ge=2)] = 128
     max_tokens: Annotated[int, Field(ge=1, le=1024)] = 32
     repeats: Annotated[int, Field(ge=1, le=64)] = 2
 
 
+class SpeedProbe(Strict):
+    """Decode tok/s, TTFT and prefill tok/s, replicated in every cost load.
+
+    TTFT is the latency of a request for one token (prefill plus the first token);
+    decode tok/s is (max_tokens - 1) / (latency of max_tokens - TTFT). Every
+    request gets its own prompt, so no prefix cache can serve it.
+    """
+
+    enabled: bool = True
+    prompt_tokens: list[Annotated[int, Field(ge=2)]] = Field(
+        default_factory=lambda: [512, 2048])
+    max_tokens: Annotated[int, Field(ge=2, le=4096)] = 64
+    # Discarded replicates at the start of every cost load.
+    warmup: Annotated[int, Field(ge=0, le=20)] = 1
+    # Kept replicates per cost load; with two cost loads per arm, 2 x 2 = 4 per arm.
+    replicates: Annotated[int, Field(ge=1, le=50)] = 2
+
+
+class SweepProbe(Strict):
+    """Prompt lengths up to the context length and past it; survival per length.
+
+    `lengths` empty: doubling from `start` to the context length the engine
+    reports, the context length itself, and one length past it (whose error
+    response is part of the map). Each level above 1 sends that many prompts of
+    the length at once (several in one prefill).
+    """
+
+    enabled: bool = True
+    lengths: list[Annotated[int, Field(ge=2)]] = Field(default_factory=list)
+    start: Annotated[int, Field(ge=2)] = 512
+    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 4])
+    # A request past this is a hang when the health check still answers.
+    request_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    # Achieved prompt tokens must be within this fraction of the nominal count.
+    tolerance: Annotated[float, Field(ge=0, le=0.5)] = 0.02
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, levels: list[int]) -> list[int]:
+        if 1 not in levels:
+            raise ValueError("must include 1: a single prompt of each length")
+        return sorted(set(levels))
+
+
+class PrefixProbe(Strict):
+    """A long shared system prefix, then different questions: is the prefix reused?"""
+
+    enabled: bool = True
+    # 0: half the context length, at most 4096 tokens.
+    prefix_tokens: Annotated[int, Field(ge=0)] = 0
+    question_tokens: Annotated[int, Field(ge=1)] = 32
+    requests: Annotated[int, Field(ge=2, le=64)] = 4
+
+
 class ProbesSpec(Strict):
     repeat: RepeatProbe = RepeatProbe()
     concurrency: ConcurrencyProbe = ConcurrencyProbe()
     generate: GenerateProbe = GenerateProbe()
+    speed: SpeedProbe = SpeedProbe()
+    sweep: SweepProbe = SweepProbe()
+    prefix: PrefixProbe = PrefixProbe()
+
+    def cost_probes(self) -> list[str]:
+        return [name for name in ("speed", "prefix", "sweep") if getattr(self, name).enabled]
 
 
 class ScoringSpec(Strict):
@@ -161,6 +221,9 @@ class Plan(Strict):
     # An external endpoint that servediff does not start (engine = "openai").
     base_url: str | None = None
     loads_per_arm: Annotated[int, Field(ge=1, le=50)] = 2
+    # Loads that measure cost (speed, prefix, sweep, capacity) with the engine as the
+    # arm configures it (no cache isolation); arms alternate A B B A.
+    cost_loads_per_arm: Annotated[int, Field(ge=1, le=50)] = 2
     engine_options: dict[str, Any] = Field(default_factory=dict)
     arms: dict[str, ArmSpec]
     corpus: CorpusSpec = CorpusSpec()

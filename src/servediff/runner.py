@@ -25,7 +25,7 @@ from servediff.conditions import read_conditions
 from servediff.corpus import Corpus
 from servediff.engines import registry
 from servediff.engines.base import EngineAdapter, EngineOptions, Scored
-from servediff.engines.process import EngineProcess, free_port
+from servediff.engines.process import EngineProcess, free_port, tail
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineError, EngineStartError, OutputDirError
 from servediff.evidence import (
@@ -35,13 +35,14 @@ from servediff.evidence import (
     Group,
     Launch,
     LoadRecord,
+    Phase,
     Record,
     Stop,
     cell_name,
     load_name,
 )
 from servediff.plan import Plan, lock, write_lock
-from servediff.probes import concurrency, generate
+from servediff.probes import concurrency, generate, prefix, speed, sweep
 
 HOST = "127.0.0.1"
 
@@ -61,23 +62,43 @@ class CellSpec:
     load: int
     probe: str
     repeat: int
+    phase: Phase = "drift"
 
     @property
     def name(self) -> str:
-        return cell_name(self.arm, self.load, self.probe, self.repeat)
+        return cell_name(self.arm, self.load, self.probe, self.repeat, self.phase)
 
 
-def schedule(plan: Plan) -> list[tuple[str, int]]:
-    """Loads in counterbalanced order: A B for load 1, B A for load 2, ..."""
+def schedule(plan: Plan) -> list[tuple[str, int, Phase]]:
+    """Loads in counterbalanced order: A B for load 1, B A for load 2, ...; drift loads
+    first, then cost loads (A B B A with two per arm)."""
     arms = list(plan.arms)
-    order = []
-    for load in range(1, plan.loads_per_arm + 1):
-        for arm in arms if load % 2 else reversed(arms):
-            order.append((arm, load))
+    order: list[tuple[str, int, Phase]] = []
+    phases: list[tuple[Phase, int]] = [("drift", plan.loads_per_arm)]
+    if cost_runs(plan):
+        phases.append(("cost", plan.cost_loads_per_arm))
+    for phase, loads in phases:
+        for load in range(1, loads + 1):
+            for arm in arms if load % 2 else reversed(arms):
+                order.append((arm, load, phase))
     return order
 
 
-def cells_of_load(plan: Plan, arm: str, load: int) -> list[CellSpec]:
+def cost_runs(plan: Plan) -> bool:
+    """Cost loads need servediff to start the engine (restarts after a death included)."""
+    return plan.base_url is None and bool(plan.probes.cost_probes())
+
+
+def cells_of_load(plan: Plan, arm: str, load: int, phase: Phase = "drift") -> list[CellSpec]:
+    if phase == "cost":
+        # Speed first, before anything long can hurt the engine; the sweep, which
+        # may kill it, last and once per arm.
+        probes = plan.probes
+        cost = [CellSpec(arm, load, "speed", 0, "cost")] if probes.speed.enabled else []
+        cost += [CellSpec(arm, load, "prefix", 0, "cost")] if probes.prefix.enabled else []
+        if probes.sweep.enabled and load == 1:
+            cost.append(CellSpec(arm, load, "sweep", 0, "cost"))
+        return cost
     cells = [CellSpec(arm, load, "score", 0)]
     cells += [CellSpec(arm, load, "repeat", r) for r in range(1, plan.probes.repeat.count + 1)]
     cells += [CellSpec(arm, load, "batch", b) for b in plan.probes.repeat.batch_sizes]
@@ -134,39 +155,55 @@ class Runner:
         ensure_writable(self.layout.root)
         write_lock(self.layout.root, lock(self.plan, self.corpus))
         pending = [
-            (arm, load, todo)
-            for arm, load in schedule(self.plan)
-            if (todo := [c for c in cells_of_load(self.plan, arm, load)
-                         if not self.layout.cell(c.name).exists()])
+            (arm, load, phase, todo)
+            for arm, load, phase in schedule(self.plan)
+            if (todo := self._missing(cells_of_load(self.plan, arm, load, phase)))
         ]
         if not pending:
             self.obs.note("every cell of this plan is already measured; nothing to run")
             return
         model, weights, bos = resolve_model(self.plan, self.adapter, self.base_dir,
                                             self.obs.note)
-        for arm, load, todo in pending:
+        for arm, load, phase, todo in pending:
             # A load whose engine failed or died is started again (a new launch of the
-            # same load) for the cells it left, up to max_attempts launches per run.
-            for _ in range(self.plan.launch.max_attempts):
-                self._run_load(arm, load, todo, model, weights, bos)
-                todo = [c for c in todo if not self.layout.cell(c.name).exists()]
-                if not todo:
-                    break
+            # same load) for the cells it left. A launch that measured something (a
+            # sweep point that killed the engine is a measurement) does not count
+            # against max_attempts; max_attempts launches in a row without progress end it.
+            barren = 0
+            while todo and barren < self.plan.launch.max_attempts:
+                before = self._progress(todo)
+                self._run_load(arm, load, phase, todo, model, weights, bos)
+                barren = 0 if self._progress(todo) > before else barren + 1
+                todo = self._missing(todo)
 
-    def _load_record(self, arm: str, load: int) -> LoadRecord:
-        path = self.layout.load(load_name(arm, load))
+    def _missing(self, cells: list[CellSpec]) -> list[CellSpec]:
+        return [c for c in cells if not self.layout.cell(c.name).exists()]
+
+    def _progress(self, cells: list[CellSpec]) -> int:
+        """Finished cells and recorded sweep points among `cells`."""
+        done = sum(self.layout.cell(c.name).exists() for c in cells)
+        return done + sum(len(p.sweep) for c in cells if (p := self._sweep_progress(c)))
+
+    def _sweep_progress(self, cell: CellSpec) -> Cell | None:
+        path = self.layout.progress(cell.name)
+        if cell.probe != "sweep" or not path.exists():
+            return None
+        return Cell.model_validate(read_versioned(path, SCHEMA_VERSION))
+
+    def _load_record(self, arm: str, load: int, phase: Phase) -> LoadRecord:
+        path = self.layout.load(load_name(arm, load, phase))
         if path.exists():
             return LoadRecord.model_validate(read_versioned(path, SCHEMA_VERSION))
-        return LoadRecord(arm=arm, load=load)
+        return LoadRecord(arm=arm, load=load, phase=phase)
 
     def _write_load(self, record: LoadRecord) -> None:
-        atomic.write_json(self.layout.load(load_name(record.arm, record.load)),
+        atomic.write_json(self.layout.load(load_name(record.arm, record.load, record.phase)),
                           record.model_dump(mode="json"))
 
-    def _start(self, arm: str, load: int, model: str, options: EngineOptions
+    def _start(self, arm: str, load: int, phase: Phase, model: str, options: EngineOptions
                ) -> tuple[EngineProcess | None, Launch, str]:
         """Start the arm's engine (nothing for an external endpoint); its launch record."""
-        attempt = len(self._load_record(arm, load).launches) + 1
+        attempt = len(self._load_record(arm, load, phase).launches) + 1
         base: dict[str, Any] = dict(attempt=attempt, options=options.model_dump(mode="json"),
                                     host=HOST, started_at=time.time())
         if self.plan.base_url is not None:
@@ -176,18 +213,22 @@ class Runner:
         spec = self.adapter.launch(self.plan.launch.command, model, HOST, port,
                                    self.plan.arms[arm].args, options)
         env = {**spec.env, **self.plan.launch.env, **self.plan.arms[arm].env}
-        proc = EngineProcess(spec.argv, env, self.layout.log(load_name(arm, load)), HOST, port)
+        proc = EngineProcess(spec.argv, env, self.layout.log(load_name(arm, load, phase)),
+                             HOST, port)
         base["started_at"] = proc.started_at
         launch = Launch(**base, command=spec.argv, env_diff=env, port=port, pid=proc.pid)
         return proc, launch, f"http://{HOST}:{port}"
 
-    def _run_load(self, arm: str, load: int, todo: list[CellSpec], model: str,
+    def _run_load(self, arm: str, load: int, phase: Phase, todo: list[CellSpec], model: str,
                   weights: dict[str, str], bos: int | None) -> None:
-        record = self._load_record(arm, load)
+        record = self._load_record(arm, load, phase)
         options = registry.arm_options(self.plan, arm)
-        self.obs.load_starting(arm, load, len(record.launches) + 1)
+        if phase == "cost":
+            options = self.adapter.as_configured(options)
+        self.obs.load_starting(arm if phase == "drift" else f"{arm} (cost)", load,
+                               len(record.launches) + 1)
         t0 = time.monotonic()
-        proc, launch, url = self._start(arm, load, model, options)
+        proc, launch, url = self._start(arm, load, phase, model, options)
         launch.weights_sha256 = weights
         record.launches.append(launch)
         self._write_load(record)
@@ -199,12 +240,16 @@ class Runner:
                 launch.engine["bos_token_id_from"] = "model files"
             self._write_load(record)
             self.obs.load_ready(arm, load, launch.seconds_to_ready or 0.0)
-            ids = self._tokenize(client, launch, options)
+            ids = self._tokenize(client, launch, options) if phase == "drift" else {}
             for cell in todo:
                 if cell.probe == "concurrency":
                     self._run_concurrency(cell, client, launch, options)
                 elif cell.probe == "generate":
                     self._run_generate(cell, client, launch, options, ids)
+                elif cell.probe in ("speed", "prefix"):
+                    self._run_cost(cell, client, launch, options)
+                elif cell.probe == "sweep":
+                    self._run_sweep(cell, url, proc, launch, options)
                 else:
                     self._run_cell(cell, client, proc, ids, options, launch.attempt)
                 write_manifest(self.layout.root)
@@ -219,7 +264,7 @@ class Runner:
                 stop = proc.stop(self.plan.launch.stop_grace_s)
                 launch.stop = Stop(**asdict(stop),
                                    gpu_memory_released=stop.gpu_memory_released)
-                log = self.layout.log(load_name(arm, load)).read_text(errors="replace")
+                log = self.layout.log(load_name(arm, load, phase)).read_text(errors="replace")
                 launch.capacity = {**self.adapter.capacity_from_log(log), **launch.capacity}
             launch.finished_at = time.time()
             self._write_load(record)
@@ -325,8 +370,7 @@ class Runner:
                          options: EngineOptions) -> None:
         spec = self.plan.probes.concurrency
         head, _ = self._prefix(launch)
-        stream = self.adapter.tokenize(
-            client, "\n\n".join(t.text for t in self.corpus.texts), options)
+        stream = self._stream(client, options)
         limit = launch.engine.get("max_model_len")
         prompts, skipped = {}, []
         for length in spec.lengths:
@@ -354,6 +398,87 @@ class Runner:
             generate.measure(self.adapter, client, options, prompts, spec.max_tokens,
                              spec.repeats, advanced))))
 
+    def _stream(self, client: EngineClient, options: EngineOptions) -> list[int]:
+        """The corpus as one token stream: what cost-probe prompts are cut from."""
+        return self.adapter.tokenize(
+            client, "\n\n".join(t.text for t in self.corpus.texts), options)
+
+    def _run_cost(self, cell: CellSpec, client: EngineClient, launch: Launch,
+                  options: EngineOptions) -> None:
+        head, _ = self._prefix(launch)
+        stream = self._stream(client, options)
+        context = launch.engine.get("max_model_len")
+        out = self._cell(cell, launch.attempt, [], time.time(), time.monotonic(), 0.0,
+                         read_conditions(), [])
+        out.context_length = context
+        t0 = time.monotonic()
+        if cell.probe == "speed":
+            spec = self.plan.probes.speed
+            lengths = [n for n in spec.prompt_tokens
+                       if context is None or n + spec.max_tokens <= int(context)]
+            out.skipped = [{"length": n, "reason": f"prompt + {spec.max_tokens} generated "
+                            f"tokens exceed the context of {context}"}
+                           for n in spec.prompt_tokens if n not in lengths]
+            self.obs.cell_starting(cell.name, len(lengths) * (spec.warmup + spec.replicates))
+            out.speed = speed.measure(self.adapter, client, options, stream, head, lengths,
+                                      spec, self.obs.cell_advanced)
+        else:
+            pspec = self.plan.probes.prefix
+            size = pspec.prefix_tokens or min(4096, int(context or 8192) // 2)
+            size = min(size, int(context) - pspec.question_tokens - 1) if context else size
+            shared = speed.rotated_prompt(stream, head, size, 0)
+            questions = [speed.rotated_prompt(stream, [], pspec.question_tokens, 17 + i)
+                         for i in range(pspec.requests)]
+            self.obs.cell_starting(cell.name, pspec.requests)
+            out.prefix = prefix.measure(self.adapter, client, options, shared, questions,
+                                        self.obs.cell_advanced)
+        out.wall_seconds = out.engine_seconds = round(time.monotonic() - t0, 6)
+        self._finish(out)
+
+    def _run_sweep(self, cell: CellSpec, url: str, proc: EngineProcess | None,
+                   launch: Launch, options: EngineOptions) -> None:
+        """Point by point; progress is kept after each, so a point that kills the engine
+        is recorded and the next launch goes on with the point after it."""
+        spec = self.plan.probes.sweep
+        client = EngineClient(url, spec.request_timeout_s)
+        try:
+            out = self._sweep_progress(cell)
+            if out is None:
+                context = launch.engine.get("max_model_len")
+                out = self._cell(cell, launch.attempt, [], time.time(), time.monotonic(), 0.0,
+                                 read_conditions(), [])
+                out.context_length = context
+                out.sweep_plan = sweep.points(spec, None if context is None else int(context))
+                if not out.sweep_plan:
+                    out.skipped = [{"reason": "the engine reports no context length and the "
+                                    "plan gives no sweep lengths"}]
+            head, _ = self._prefix(launch)
+            stream = self._stream(client, options)
+            done = {(p.length, p.level) for p in out.sweep}
+            self.obs.cell_starting(cell.name, len(out.sweep_plan))
+            self.obs.cell_advanced(len(done))
+            live = sweep.Liveness(
+                exited=(lambda: proc.exit_status(2.0)) if proc else (lambda: None),
+                healthy=lambda: client.healthy(self.adapter.health_path()),
+                log_tail=lambda: tail(proc.log_path) if proc else "")
+            for length, level in out.sweep_plan:
+                if (length, level) in done:
+                    continue
+                point = sweep.send(self.adapter, client, options, stream, head, length, level,
+                                   spec, live, launch.attempt)
+                out.sweep.append(point)
+                out.engine_seconds = round(out.engine_seconds + point.seconds, 6)
+                atomic.write_json(self.layout.progress(cell.name), out.model_dump(mode="json"))
+                self.obs.cell_advanced(len(out.sweep))
+                if point.outcome in ("death", "hang"):
+                    raise EngineError(f"sweep: {point.outcome} at {length} tokens x {level} "
+                                      "(recorded as a measurement; the engine is restarted)")
+            out.wall_seconds = round(time.time() - out.started_at, 6)
+            self._finish(out)
+            self.layout.progress(cell.name).unlink(missing_ok=True)
+        finally:
+            client.close()
+
     def _probe_cell(self, cell: CellSpec, launch: Launch, order: list[str], total: int,
                     measure: Callable[[Callable[[int], None]], list[Group]]) -> Cell:
         """A cell of groups of identical requests; every second of it waits on the engine."""
@@ -367,7 +492,7 @@ class Runner:
         return out
 
     def _finish(self, out: Cell) -> None:
-        name = cell_name(out.arm, out.load, out.probe, out.repeat)
+        name = cell_name(out.arm, out.load, out.probe, out.repeat, out.phase)
         atomic.write_json(self.layout.cell(name), out.model_dump(mode="json"))
         self.obs.cell_finished(name, out.wall_seconds)
 
@@ -375,7 +500,8 @@ class Runner:
     def _cell(cell: CellSpec, attempt: int, order: list[str], started: float, t0: float,
               engine_seconds: float, conditions: Conditions, records: list[Record]) -> Cell:
         return Cell(
-            arm=cell.arm, load=cell.load, probe=cell.probe,  # type: ignore[arg-type]
+            arm=cell.arm, load=cell.load, phase=cell.phase,
+            probe=cell.probe,  # type: ignore[arg-type]
             repeat=cell.repeat, launch=attempt, order=order, started_at=started,
             wall_seconds=round(time.monotonic() - t0, 6),
             engine_seconds=round(engine_seconds, 6), conditions=conditions, records=records,

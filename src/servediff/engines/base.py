@@ -132,6 +132,19 @@ class EngineAdapter(ABC):
         """How this arm's prefix cache is handled, said in the load record."""
         return "no prefix cache in this engine"
 
+    def as_configured(self, options: EngineOptions) -> EngineOptions:
+        """The options of a cost load: the engine as the arm's own flags configure it,
+        without the cache isolation servediff adds for drift work unless the arm
+        asked for a cache setting itself."""
+        return options
+
+    @staticmethod
+    def _unset_unless_chosen(options: EngineOptions, field: str) -> EngineOptions:
+        """`field` set to None (the engine's own behaviour) unless the plan chose it."""
+        if field in options.model_fields_set:
+            return options
+        return options.model_copy(update={field: None})
+
     def prefix_cache(self, options: EngineOptions) -> bool | None:
         """Whether this arm serves with a prefix cache on (None: cannot be known)."""
         return False

@@ -44,19 +44,24 @@ FORCE_BIAS = 1000.0
 class LlamaCppOptions(EngineOptions):
     # Per-position requests in flight for one text.
     concurrency: int = Field(default=1, ge=1, le=256)
-    # Let a slot reuse its cached prefix (fast, history-dependent).
-    cache_prompt: bool = False
+    # Let a slot reuse its cached prefix (fast, history-dependent). None (cost
+    # loads): the field is left out, so the server's default applies.
+    cache_prompt: bool | None = False
 
 
-def position_payload(ids: list[int], i: int, cache_prompt: bool = False) -> dict[str, Any]:
-    return {
+def position_payload(ids: list[int], i: int, cache_prompt: bool | None = False
+                     ) -> dict[str, Any]:
+    return with_cache({
         "prompt": ids[:i],
         "n_predict": 1,
         "n_probs": 1,
         "logit_bias": [[ids[i], FORCE_BIAS]],
-        "cache_prompt": cache_prompt,
         "temperature": 0.0,
-    }
+    }, cache_prompt)
+
+
+def with_cache(payload: dict[str, Any], cache_prompt: bool | None) -> dict[str, Any]:
+    return payload if cache_prompt is None else {**payload, "cache_prompt": cache_prompt}
 
 
 def parse_position(body: Any, expected: int) -> tuple[float, int | None]:
@@ -97,10 +102,15 @@ class LlamaCppAdapter(EngineAdapter):
 
     def cache_isolation(self, options: EngineOptions) -> str:
         assert isinstance(options, LlamaCppOptions)
+        if options.cache_prompt is None:
+            return "cache_prompt left to the server's default (cost load; on by default)"
         return ("prompt cache ON: cache_prompt true (a cache arm)" if options.cache_prompt else
                 "prompt cache off: cache_prompt false on every request")
 
-    def prefix_cache(self, options: EngineOptions) -> bool:
+    def as_configured(self, options: EngineOptions) -> EngineOptions:
+        return self._unset_unless_chosen(options, "cache_prompt")
+
+    def prefix_cache(self, options: EngineOptions) -> bool | None:
         assert isinstance(options, LlamaCppOptions)
         return options.cache_prompt
 
@@ -153,10 +163,10 @@ class LlamaCppAdapter(EngineAdapter):
     def generate(self, client: EngineClient, ids: list[int], max_tokens: int,
                  options: EngineOptions) -> Generated:
         assert isinstance(options, LlamaCppOptions)
-        body = client.post_json("/completion", {
+        body = client.post_json("/completion", with_cache({
             "prompt": ids, "n_predict": max_tokens, "n_probs": 1, "temperature": 0.0,
-            "seed": 0, "ignore_eos": True, "cache_prompt": options.cache_prompt,
-        })
+            "seed": 0, "ignore_eos": True,
+        }, options.cache_prompt))
         try:
             steps = body["completion_probabilities"]
             tokens = [int(step["id"]) for step in steps]

@@ -127,6 +127,13 @@ class EngineProcess:
             return False
         return True
 
+    def exit_status(self, wait_s: float) -> tuple[int | None, str | None] | None:
+        """(exit code, signal name) if the process ended within `wait_s`, else None."""
+        if not self.exited_within(wait_s):
+            return None
+        rc = self.proc.returncode
+        return rc, signal.Signals(-rc).name if rc is not None and rc < 0 else None
+
     def seconds_since_start(self) -> float:
         return time.monotonic() - self._t0
 

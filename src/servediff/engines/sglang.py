@@ -78,7 +78,8 @@ def parse_generate(body: Any, batch: list[list[int]]) -> list[Scored]:
 
 class SglangOptions(EngineOptions):
     # SGLang's radix (prefix) cache; off unless an arm measures with it.
-    prefix_cache: bool = False
+    # None (cost loads): no flag, as the arm's own args leave it.
+    prefix_cache: bool | None = False
 
 
 class SglangAdapter(EngineAdapter):
@@ -96,14 +97,19 @@ class SglangAdapter(EngineAdapter):
 
     def option_args(self, options: EngineOptions) -> list[str]:
         assert isinstance(options, SglangOptions)
-        return [] if options.prefix_cache else ["--disable-radix-cache"]
+        return ["--disable-radix-cache"] if options.prefix_cache is False else []
 
     def cache_isolation(self, options: EngineOptions) -> str:
         assert isinstance(options, SglangOptions)
+        if options.prefix_cache is None:
+            return "radix cache as the arm's args leave it (cost load; SGLang's default is on)"
         return ("radix cache ON (a cache arm)" if options.prefix_cache else
                 "radix cache off: --disable-radix-cache")
 
-    def prefix_cache(self, options: EngineOptions) -> bool:
+    def as_configured(self, options: EngineOptions) -> EngineOptions:
+        return self._unset_unless_chosen(options, "prefix_cache")
+
+    def prefix_cache(self, options: EngineOptions) -> bool | None:
         assert isinstance(options, SglangOptions)
         return options.prefix_cache
 

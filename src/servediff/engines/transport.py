@@ -65,7 +65,8 @@ class EngineClient:
         try:
             response = self._http.post(path, json=payload)
         except httpx.TimeoutException as exc:
-            raise EngineRequestError(f"POST {path}: timed out ({type(exc).__name__})") from None
+            raise EngineRequestError(f"POST {path}: timed out ({type(exc).__name__})",
+                                     timed_out=True) from None
         except httpx.TransportError as exc:
             raise EngineRequestError(f"POST {path}: {type(exc).__name__}: {exc}") from None
         return self._decode(path, response)
@@ -87,7 +88,7 @@ class EngineClient:
         if response.status_code != 200:
             raise EngineRequestError(
                 f"{response.request.method} {path}: HTTP {response.status_code}: "
-                f"{response.text[:500]}"
+                f"{response.text[:500]}", status=response.status_code,
             )
         try:
             return response.json()

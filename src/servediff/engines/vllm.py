@@ -34,7 +34,8 @@ class VllmOptions(EngineOptions):
     score_form: Literal["prompt_logprobs", "echo"] = "prompt_logprobs"
     # Off unless an arm measures with it: a cached prefix is not recomputed, which
     # fakes stability, and was computed under another batch, which fakes drift.
-    prefix_cache: bool = False
+    # None (cost loads): no flag, as the arm's own args leave it.
+    prefix_cache: bool | None = False
 
 
 def kv_from_metrics(text: str) -> dict[str, Any]:
@@ -72,16 +73,22 @@ class VllmAdapter(EngineAdapter):
 
     def option_args(self, options: EngineOptions) -> list[str]:
         assert isinstance(options, VllmOptions)
-        cache = "--enable-prefix-caching" if options.prefix_cache else "--no-enable-prefix-caching"
+        cache = {True: ["--enable-prefix-caching"], False: ["--no-enable-prefix-caching"],
+                 None: []}[options.prefix_cache]
         # Prompt token details make the server report cached tokens per request.
-        return [cache, "--enable-prompt-tokens-details"]
+        return [*cache, "--enable-prompt-tokens-details"]
 
     def cache_isolation(self, options: EngineOptions) -> str:
         assert isinstance(options, VllmOptions)
+        if options.prefix_cache is None:
+            return "prefix cache as the arm's args leave it (cost load; vLLM's default is on)"
         return ("prefix cache ON (a cache arm)" if options.prefix_cache else
                 "prefix cache off: --no-enable-prefix-caching")
 
-    def prefix_cache(self, options: EngineOptions) -> bool:
+    def as_configured(self, options: EngineOptions) -> EngineOptions:
+        return self._unset_unless_chosen(options, "prefix_cache")
+
+    def prefix_cache(self, options: EngineOptions) -> bool | None:
         assert isinstance(options, VllmOptions)
         return options.prefix_cache
 
