@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from servediff import atomic
-from servediff.analysis.drift import summarize
+from servediff.analysis.summary import summarize
 from servediff.bundle import Layout, read_evidence, verify, write_manifest
 from servediff.report.markdown import render
 

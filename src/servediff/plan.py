@@ -121,8 +121,8 @@ class SpeedProbe(Strict):
     max_tokens: Annotated[int, Field(ge=2, le=4096)] = 64
     # Discarded replicates at the start of every cost load.
     warmup: Annotated[int, Field(ge=0, le=20)] = 1
-    # Kept replicates per cost load; with two cost loads per arm, 2 x 2 = 4 per arm.
-    replicates: Annotated[int, Field(ge=1, le=50)] = 2
+    # Kept replicates per cost load; with two cost loads per arm, 3 x 2 = 6 per arm.
+    replicates: Annotated[int, Field(ge=1, le=50)] = 3
 
 
 class SweepProbe(Strict):

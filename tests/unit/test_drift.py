@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from servediff.analysis.drift import summarize
+from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence, verify
 from servediff.derived import write_derived
 from servediff.errors import IntegrityError, SchemaVersionError

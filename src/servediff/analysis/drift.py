@@ -18,16 +18,6 @@ from servediff.evidence import Cell
 
 SUMMARY_SCHEMA_VERSION = 1
 
-# Probes servediff defines but this plan did not run; the report lists them.
-UNTESTED_PROBES = {
-    "concurrency": "identical requests at concurrency >= 2 (batch-composition drift)",
-    "generate": "greedy generation hashed across repeats, loads and arms",
-    "speed": "decode tok/s, TTFT, prefill tok/s with noise bands",
-    "sweep": "prompt lengths up to the context length, survival per length",
-    "prefix": "prefix-cache reuse of a long shared system prompt",
-    "capacity": "KV pool size and max concurrency",
-}
-
 SIGNATURES = {
     "bit-identical": "every per-token logprob identical across every load and repeat",
     "stable within threshold": "differences exist but none exceeds the plan's threshold",
@@ -240,13 +230,11 @@ def arm_shifts(by_arm: Mapping[str, list[Cell]], threshold: float,
     return out
 
 
-def summarize(evidence: Evidence) -> dict[str, Any]:
+def summarize_drift(evidence: Evidence) -> dict[str, Any]:
     plan = evidence.lock["plan"]
     threshold = float(plan["thresholds"]["moved_abs_nll"])
     arms = list(evidence.lock["arm_order"])
-    by_arm: dict[str, list[Cell]] = {arm: [] for arm in arms}
-    for cell in evidence.cells:
-        by_arm.setdefault(cell.arm, []).append(cell)
+    by_arm = cells_by_arm(evidence)
     per_arm = {arm: analyse_arm(by_arm[arm], threshold) for arm in arms}
     cache_on = {arm: prefix_cache_of(evidence, arm) for arm in arms}
     cache_dependence(per_arm, cache_on)
@@ -298,12 +286,15 @@ def summarize(evidence: Evidence) -> dict[str, Any]:
         "error_rows": sum(a["error_rows"] for a in per_arm.values()),
         "setup": setup(evidence),
         "detectable_rate": stats.detectable_rate(len(evidence.lock["corpus"]["texts"])),
-        "untested": {
-            name: what for name, what in UNTESTED_PROBES.items()
-            if not plan["probes"].get(name, {}).get("enabled", False)
-        },
         "gaps": gaps,
     }
+
+
+def cells_by_arm(evidence: Evidence) -> dict[str, list[Cell]]:
+    by_arm: dict[str, list[Cell]] = {arm: [] for arm in evidence.lock["arm_order"]}
+    for cell in evidence.cells:
+        by_arm.setdefault(cell.arm, []).append(cell)
+    return by_arm
 
 
 def prefix_cache_of(evidence: Evidence, arm: str) -> bool | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from servediff import atomic
-from servediff.analysis.drift import summarize
+from servediff.analysis.summary import summarize
 from servediff.bundle import Layout, read_evidence
 from servediff.cli.console import err, out
 from servediff.report.table import drift_table

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from servediff.report.costs import cost_lines, verdict_lines
 from servediff.report.table import fmt_nll, fmt_ppl, grid_rows, skip_label
 
 
@@ -43,9 +44,9 @@ def render(summary: dict[str, Any], run_name: str) -> str:
         f"({s['corpus']['texts']} texts). A text counts as moved when "
         f"|dNLL| > {summary['threshold_abs_nll']:g} nats.",
         "",
-        "## What you saw",
-        "",
     ]
+    lines += verdict_lines(summary)
+    lines += ["## What you saw", ""]
     for arm, data in summary["arms"].items():
         lines += [f"### Arm `{arm}`: {data['signature']}", "", f"_{data['signature_meaning']}_", "",
                   "| comparison | moved | max abs dNLL | text | bit-identical |",
@@ -131,6 +132,7 @@ def render(summary: dict[str, Any], run_name: str) -> str:
     if summary["partial_cells"]:
         lines += [f"{len(summary['partial_cells'])} cell(s) were cut short by an engine death; "
                   "their rows are kept under `partial/` and not compared.", ""]
+    lines += cost_lines(summary)
     lines += ["## What were you serving", ""]
     for arm, a in s["arms"].items():
         opts = ", ".join(f"{k}={v}" for k, v in sorted(a["options"].items()))

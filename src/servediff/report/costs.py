@@ -1,0 +1,131 @@
+"""The verdict and the cost sections of report.md, rendered from the summary alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+OUTCOME_MARK = {"ok": "ok", "error": "error", "hang": "HANG", "death": "DEATH"}
+
+
+def verdict_lines(summary: dict[str, Any]) -> list[str]:
+    v = summary.get("verdict")
+    if not v or not v["pairs"]:
+        return []
+    lines = ["## Verdict", ""]
+    for pair in v["pairs"]:
+        lines += [f"**{pair['headline']}.**", ""]
+        if pair["fix"]:
+            lines += [pair["fix"] + ".", ""]
+        for c in pair["claims"]:
+            if c["kind"] in ("cost", "gain", "within noise", "drift"):
+                where = f" _(covers: {c['regime']})_" if c["regime"] else ""
+                refs = f" [{', '.join(c['evidence'][:4])}]" if c["evidence"] else ""
+                lines.append(f"- {c['kind']}: {c['text']}{where}{refs}")
+        lines.append("")
+    return lines
+
+
+def _n(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
+def speed_lines(arm: str, speed: dict[str, Any]) -> list[str]:
+    lines = [f"Speed of `{arm}` (mean of the kept replicates, 95 % bootstrap band):", "",
+             "| prompt tokens | replicates | decode tok/s | prefill tok/s | TTFT s |",
+             "| --- | --- | --- | --- | --- |"]
+    for e in speed["per_length"]:
+        cells = []
+        for metric in ("decode_tok_s", "prefill_tok_s", "ttft_s"):
+            m = e[metric]
+            band = m["band95"]
+            cells.append(f"{_n(m['mean'])}" + (f" [{_n(band[0])}, {_n(band[1])}]"
+                                               if band else ""))
+        lines.append(f"| {e['prompt_tokens']} | {e['replicates']} | " + " | ".join(cells)
+                     + " |")
+    return [*lines, ""]
+
+
+def survival_lines(costs: dict[str, Any]) -> list[str]:
+    sweeps = {arm: c["survival"] for arm, c in costs.items() if c["survival"]}
+    if not sweeps:
+        return []
+    lengths = sorted({p["length"] for s in sweeps.values() for p in s["points"]})
+    columns = [(arm, lv) for arm, s in sweeps.items() for lv in s["levels"]]
+    lines = ["Survival map (prompt length x concurrency x arm; DEATH = the server process "
+             "exited, HANG = no answer while alive; past the context an error is the "
+             "expected refusal):", "",
+             "| prompt tokens | " + " | ".join(f"`{a}` x{lv}" for a, lv in columns) + " |",
+             "| --- |" + " --- |" * len(columns)]
+    for n in lengths:
+        row = []
+        for arm, lv in columns:
+            p = next((p for p in sweeps[arm]["points"]
+                      if p["length"] == n and p["level"] == lv), None)
+            if p is None:
+                row.append("-")
+            else:
+                mark = OUTCOME_MARK[p["outcome"]]
+                if p["outcome"] == "error" and p["http_status"]:
+                    mark += f" {p['http_status']}"
+                if p["outcome"] == "death" and p["signal"]:
+                    mark += f" {p['signal']}"
+                if p["achieved_ok"] is False:
+                    mark += " (short)"
+                row.append(mark)
+        lines.append(f"| {n:,} | " + " | ".join(row) + " |")
+    lines.append("")
+    for arm, s in sweeps.items():
+        largest = s["largest_ok_length"].get("1")
+        lines.append(f"- `{arm}`: largest single prompt that survived: "
+                     f"{'none' if largest is None else f'{largest:,}'} tokens"
+                     f" (context length {_n(s['context_length'])})"
+                     + ("" if s["complete"] else "; the sweep did not finish"))
+    return [*lines, ""]
+
+
+def capacity_lines(costs: dict[str, Any]) -> list[str]:
+    rows = [(arm, c["capacity"]) for arm, c in costs.items()]
+    if not any(c["reported"] for _, c in rows):
+        return ["Capacity: the engine reports no KV pool or concurrency limit.", ""]
+    base = rows[0][1]["kv_tokens"]
+    lines = ["| arm | KV pool tokens | vs first arm | max concurrency |",
+             "| --- | --- | --- | --- |"]
+    for arm, c in rows:
+        kv = c["kv_tokens"]
+        rel = f"{kv / base - 1:+.0%}" if kv and base else "-"
+        lines.append(f"| `{arm}` | {_n(kv)} | {rel} | {_n(c['max_concurrency'])} |")
+    return [*lines, ""]
+
+
+def prefix_lines(costs: dict[str, Any]) -> list[str]:
+    rows = [(arm, c["prefix"]) for arm, c in costs.items() if c["prefix"]]
+    if not rows:
+        return []
+    lines = ["Prefix reuse (a shared long prefix, then different questions, one at a time):",
+             "", "| arm | prompt tokens | cached tokens, later requests | TTFT first / later |",
+             "| --- | --- | --- | --- |"]
+    for arm, p in rows:
+        cached = "not reported" if p["later_cached_tokens"] is None else \
+            f"{p['later_cached_tokens']:,}"
+        ratio = "-" if p["first_over_later_ttft"] is None else f"{p['first_over_later_ttft']:.1f}x"
+        lines.append(f"| `{arm}` | {_n(p['prompt_tokens'])} | {cached} | {ratio} |")
+    return [*lines, ""]
+
+
+def cost_lines(summary: dict[str, Any]) -> list[str]:
+    costs = summary.get("costs")
+    if not costs:
+        return []
+    lines = ["## What the arms cost", ""]
+    for arm, c in costs.items():
+        if c["speed"]:
+            lines += speed_lines(arm, c["speed"])
+    lines += survival_lines(costs)
+    lines += capacity_lines(costs)
+    lines += prefix_lines(costs)
+    starts = [(arm, c["startup"]) for arm, c in costs.items() if c["startup"]["mean"]]
+    if starts:
+        lines += ["Start-up to ready: " + "; ".join(
+            f"`{arm}` {s['mean']:.1f} s over {len(s['seconds_to_ready'])} starts"
+            for arm, s in starts) + ".", ""]
+    return lines

@@ -1,0 +1,116 @@
+"""The verdict engine on the north-star scenario of DESIGN.md, as a fixture bundle.
+
+Arms `stock` and `pinned`: `pinned` stops reload drift, and costs speed within
+noise only, but cuts the KV pool to under a third, dies at the first prompt of
+8,192 tokens and loses prefix reuse. Every cost must be named; the verdict
+must never call the flags free.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from servediff.analysis.summary import summarize
+from servediff.bundle import read_evidence
+from servediff.derived import write_derived
+from tests.fixtures.bundles import (
+    cell,
+    make_bundle,
+    prefix_cell,
+    speed_cell,
+    sweep_cell,
+)
+
+CONTEXT = 32768
+LENGTHS = [1024, 2048, 4096, 8192, 16384, CONTEXT - 1, CONTEXT + CONTEXT // 4]
+
+
+def north_star(root: Path) -> Path:
+    cells = [cell("stock", 1), cell("stock", 2, shifts={"alpha": 8.81, "gamma": 0.5}),
+             cell("pinned", 1), cell("pinned", 2)]
+    for arm in ("stock", "pinned"):
+        cells += [cell(arm, load, "repeat", 1, shifts={"alpha": 8.81, "gamma": 0.5}
+                       if arm == "stock" and load == 2 else None) for load in (1, 2)]
+    decode = {"stock": ([100.0, 102.0, 98.0], [101.0, 99.0, 100.0]),
+              "pinned": ([101.0, 99.0, 100.0], [102.0, 98.0, 100.5])}
+    for arm, loads in decode.items():
+        for load, values in enumerate(loads, start=1):
+            cells.append(speed_cell(arm, load, values, [0.20, 0.21, 0.19]))
+    stock = {(n, 1): "ok" if n < CONTEXT else "error" for n in LENGTHS}
+    stock.update({(n, 4): "ok" for n in LENGTHS if n < CONTEXT})
+    pinned = {(n, 1): "ok" if n < 8192 else "death" for n in LENGTHS}
+    pinned.update({(n, 4): "ok" if n < 2048 else "death" for n in LENGTHS if n < CONTEXT})
+    cells += [sweep_cell("stock", CONTEXT, stock), sweep_cell("pinned", CONTEXT, pinned)]
+    for load in (1, 2):
+        cells.append(prefix_cell("stock", load, [0.9, 0.12, 0.11, 0.12], [0, 4096, 4096, 4096]))
+        cells.append(prefix_cell("pinned", load, [0.9, 0.91, 0.89, 0.9], [0, 0, 0, 0]))
+    return make_bundle(root, cells, arms=("stock", "pinned"), cost=True, capacity={
+        "stock": {"kv_tokens": 324186, "max_concurrency": 9.89},
+        "pinned": {"kv_tokens": 93574, "max_concurrency": 2.86}})
+
+
+@pytest.fixture()
+def summary(tmp_path: Path) -> dict:
+    return summarize(read_evidence(north_star(tmp_path)))
+
+
+def test_every_cost_of_the_north_star_is_named(summary: dict):
+    (pair,) = summary["verdict"]["pairs"]
+    assert (pair["baseline"], pair["arm"]) == ("stock", "pinned")
+    costs = [c["text"] for c in pair["claims"] if c["kind"] == "cost"]
+    assert any("KV pool: `pinned` 93,574 vs `stock` 324,186 tokens (-71%)" in c for c in costs)
+    assert any("died at the first prompt of 8,192 tokens (SIGABRT)" in c for c in costs)
+    assert any("died at the first 4 concurrent prompts of 2,048 tokens" in c for c in costs)
+    assert any(c.startswith("prefix reuse lost: a repeated 4,128-token prompt gets 0 cached "
+                            "tokens under `pinned` vs 4,096 under `stock`") for c in costs)
+    assert any("maximum concurrency" in c for c in costs)
+    assert pair["costs"] == len(costs) == 5
+    assert pair["headline"].startswith("`pinned` vs `stock`: 5 cost(s) found: ")
+    # speed differs by less than the noise band: said as such, with the band
+    speed = [c for c in pair["claims"] if c["text"].startswith("decode tok/s")]
+    assert speed and all(c["kind"] == "within noise" and "95 % band" in c["text"]
+                         for c in speed)
+    # the drift it fixed, with the counts
+    drift = [c["text"] for c in pair["claims"] if c["kind"] == "drift"]
+    assert drift == ["`stock` moved 2 of 4 texts between cold loads 1 and 2 (max |dNLL| 8.81)"]
+    assert pair["fix"].startswith("`pinned` stopped the reload drift that `stock` showed, "
+                                  "at these measured costs: KV pool")
+    # the survival map: stock held to the context, its refusal past it is no failure
+    stock = summary["costs"]["stock"]["survival"]
+    assert stock["largest_ok_length"] == {"1": CONTEXT - 1, "4": CONTEXT - 1}
+    assert all(v is None for v in stock["first_failure"].values())
+    assert summary["costs"]["pinned"]["survival"]["largest_ok_length"]["1"] == 4096
+
+
+def test_the_verdict_never_says_free(summary: dict, tmp_path: Path):
+    text = json.dumps(summary["verdict"])
+    assert not re.search(r"\bfree\b", text, re.IGNORECASE)
+    root = north_star(tmp_path / "again")
+    write_derived(root)
+    report = (root / "report.md").read_text()
+    assert not re.search(r"\bfree\b", report, re.IGNORECASE)
+    for found in re.finditer(r"no cost", report + text, re.IGNORECASE):
+        assert (report + text)[found.start():].startswith("no cost observed within")
+    assert "93,574" in report and "SIGABRT" in report
+
+
+def test_no_cost_found_is_stated_with_its_regime_and_what_was_not_tested(tmp_path: Path):
+    cells = [cell(arm, load) for arm in ("a", "b") for load in (1, 2)]
+    cells += [cell(arm, load, "repeat", 1) for arm in ("a", "b") for load in (1, 2)]
+    for arm in ("a", "b"):
+        for load in (1, 2):
+            cells.append(speed_cell(arm, load, [100.0, 101.0, 99.0], [0.2, 0.21, 0.19]))
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, cost=True)))
+    (pair,) = summary["verdict"]["pairs"]
+    assert pair["costs"] == 0
+    assert pair["headline"].startswith(
+        "`b` vs `a`: no cost observed within speed at 512 prompt tokens with 64 output "
+        "tokens, one request at a time")
+    # sweep and prefix were planned but nothing came back; capacity is not reported
+    assert "Not tested: capacity, concurrency, generate, prefix, sweep" in pair["headline"]
+    assert set(summary["untested"]) == {"capacity", "concurrency", "generate", "prefix",
+                                        "sweep"}
