@@ -45,6 +45,14 @@ def assert_all_stopped(run: Path) -> None:
             assert group_members(launch["pid"]) == [], (path, launch["pid"])
 
 
+def probes_off(*names: str) -> str:
+    """Plan TOML that switches these probes off (they are on by default)."""
+    return "".join(f"[probes.{name}]\nenabled = false\n" for name in names)
+
+
+# Drift scoring only: every other probe off. Tests that want one put it back.
+CONC_OFF = probes_off("concurrency")
+DRIFT_ONLY = probes_off("concurrency", "generate", "speed", "sweep", "prefix")
 CONCURRENCY = ("[probes.concurrency]\nenabled = true\nlengths = [64, 512]\nlevels = [1, 2, 4]\n"
                "requests = 8\nmax_tokens = 8\n")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.engines import TAGS, assert_all_stopped, servediff
+from tests.integration.engines import DRIFT_ONLY, TAGS, assert_all_stopped, servediff
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +43,7 @@ tags = {json.dumps(TAGS)}
 
 [probes.repeat]
 count = 1
-"""
+""" + DRIFT_ONLY
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +232,7 @@ def test_external_endpoint_is_scored_but_never_reloaded(tmp_path: Path):
         (tmp_path / "plan.toml").write_text(
             f'engine = "openai"\nmodel = "served"\nbase_url = "http://127.0.0.1:{port}"\n'
             "loads_per_arm = 1\n[scoring]\nprefix = 1\n[arms.plain]\n"
-            f"[corpus]\ntags = {json.dumps(TAGS[:2])}\n"
+            f"[corpus]\ntags = {json.dumps(TAGS[:2])}\n" + DRIFT_ONLY
         )
         done = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
@@ -256,7 +256,7 @@ def test_scoring_batch_size_within_one_load_is_named(tmp_path: Path):
         'engine = "transformers"\nmodel = "smollm2"\nloads_per_arm = 1\n'
         '[engine_options]\ndevice = "cpu"\n[arms.a]\n'
         f"[corpus]\ntags = {json.dumps(tags)}\n"
-        "[probes.repeat]\ncount = 1\nbatch_sizes = [8]\n")
+        "[probes.repeat]\ncount = 1\nbatch_sizes = [8]\n" + DRIFT_ONLY)
     done = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     run = tmp_path / "run"
@@ -280,12 +280,13 @@ def test_scoring_batch_size_within_one_load_is_named(tmp_path: Path):
 
 
 def test_concurrency_grid_scores_and_generates(tmp_path: Path):
-    from tests.integration.engines import CONCURRENCY, check_concurrency_table
+    from tests.integration.engines import CONCURRENCY, check_concurrency_table, probes_off
 
     (tmp_path / "plan.toml").write_text(
         'engine = "transformers"\nmodel = "smollm2"\nloads_per_arm = 1\n'
         '[engine_options]\ndevice = "cpu"\n[arms.a]\n[corpus]\ntags = ["json-event"]\n'
-        "[probes.repeat]\ncount = 0\n" + CONCURRENCY)
+        "[probes.repeat]\ncount = 0\n" + CONCURRENCY
+        + probes_off("generate", "speed", "sweep", "prefix"))
     done = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     run = tmp_path / "run"

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.engines import (
+    CONC_OFF,
     CONCURRENCY,
+    DRIFT_ONLY,
     TAGS,
     assert_all_stopped,
     check_concurrency_table,
@@ -42,7 +44,7 @@ def hf_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tags = json.dumps(sorted(set(TAGS) | set(SHORT)))
     plan = ('name = "hf"\nengine = "transformers"\nmodel = "smollm2"\nloads_per_arm = 1\n'
             '[engine_options]\ndevice = "cpu"\n[arms.fp32]\n[probes.repeat]\ncount = 0\n'
-            f"[corpus]\ntags = {tags}\n")
+            f"[corpus]\ntags = {tags}\n" + DRIFT_ONLY)
     return run_plan(tmp_path_factory.mktemp("hf"), plan)
 
 
@@ -52,7 +54,7 @@ def llama_plan(binary: Path, loads: int = 2) -> str:
     return (f'name = "llama"\nengine = "llamacpp"\nmodel = "smollm2"\nloads_per_arm = {loads}\n'
             f"[launch]\ncommand = {json.dumps(command)}\n"
             "[arms.seq]\n[arms.conc4]\noptions = { concurrency = 4 }\n"
-            "[probes.repeat]\ncount = 1\n" + SHORT_CORPUS)
+            "[probes.repeat]\ncount = 1\n" + SHORT_CORPUS + DRIFT_ONLY)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +73,7 @@ def vllm_plan(python: Path, work: Path) -> str:
             f"[launch]\ncommand = {json.dumps(command)}\n"
             "env = { " + ", ".join(f'{k} = {json.dumps(v)}' for k, v in env.items()) + " }\n"
             '[arms.eager]\nargs = ["--enforce-eager"]\n[arms.compiled]\n'
-            "[probes.repeat]\ncount = 1\n" + CORPUS)
+            "[probes.repeat]\ncount = 1\n" + CORPUS + DRIFT_ONLY)
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +183,7 @@ def test_llama_server_concurrency_grid_with_four_slots(tmp_path: Path, llama_ser
     plan = llama_plan(llama_server, loads=1).replace(
         "[arms.seq]\n[arms.conc4]\noptions = { concurrency = 4 }\n", "[arms.np4]\n")
     plan = plan.replace("[probes.repeat]\ncount = 1\n", "[probes.repeat]\ncount = 0\n")
-    run = run_plan(tmp_path, plan + CONCURRENCY)
+    run = run_plan(tmp_path, plan.replace(CONC_OFF, CONCURRENCY))
     # one score costs a request per position on llama-server: generations only, and why
     summary = check_concurrency_table(run, "np4", ["generate"])
     assert_all_stopped(run)
@@ -198,7 +200,7 @@ def test_vllm_concurrency_grid(tmp_path: Path, vllm_python: Path):
     plan = vllm_plan(vllm_python, tmp_path).replace("loads_per_arm = 2", "loads_per_arm = 1")
     plan = plan.replace("[arms.compiled]\n", "").replace("[probes.repeat]\ncount = 1\n",
                                                          "[probes.repeat]\ncount = 0\n")
-    run = run_plan(tmp_path, plan + CONCURRENCY)
+    run = run_plan(tmp_path, plan.replace(CONC_OFF, CONCURRENCY))
     summary = check_concurrency_table(run, "eager", ["score", "generate"])
     assert_all_stopped(run)
     conc = summary["arms"]["eager"]["concurrency"]
