@@ -52,7 +52,7 @@ def probes_off(*names: str) -> str:
 
 # Drift scoring only: every other probe off. Tests that want one put it back.
 CONC_OFF = probes_off("concurrency")
-DRIFT_ONLY = probes_off("concurrency", "generate", "speed", "sweep", "prefix")
+DRIFT_ONLY = probes_off("concurrency", "generate") + probes_off("speed", "sweep", "prefix")
 CONCURRENCY = ("[probes.concurrency]\nenabled = true\nlengths = [64, 512]\nlevels = [1, 2, 4]\n"
                "requests = 8\nmax_tokens = 8\n")
 

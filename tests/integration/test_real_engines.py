@@ -25,6 +25,7 @@ from tests.integration.engines import (
     TAGS,
     assert_all_stopped,
     check_concurrency_table,
+    probes_off,
     rows,
     run_plan,
     servediff,
@@ -206,3 +207,66 @@ def test_vllm_concurrency_grid(tmp_path: Path, vllm_python: Path):
     conc = summary["arms"]["eager"]["concurrency"]
     assert ("batch-composition" in summary["arms"]["eager"]["signature"]) == \
         (conc["control_ok"] and conc["batch_composition"])
+
+
+# The cost protocol with a small context: speed (3 replicates), prefix reuse, and a
+# sweep that reaches the context length and goes past it.
+COST = ("[probes.speed]\nprompt_tokens = [128]\nmax_tokens = 8\nreplicates = 3\n"
+        "[probes.sweep]\nstart = 256\nlevels = [1, 2]\nrequest_timeout_s = 300\n"
+        "[probes.prefix]\nprefix_tokens = 400\nquestion_tokens = 16\nrequests = 3\n")
+
+
+def check_sweep(run: Path, arm: str, context: int) -> dict:
+    """The sweep reached the context and went past it; the summary's map is the raw one."""
+    summary = json.loads((run / "summary.json").read_text())
+    cell = json.loads((run / "cells" / f"{arm}-cost1-sweep.json").read_text())
+    assert cell["context_length"] == context
+    raw = {(p["length"], p["level"]): p for p in cell["sweep"]}
+    assert [tuple(x) for x in cell["sweep_plan"]] == list(raw)
+    assert (context - 1, 1) in raw and raw[(context - 1, 1)]["outcome"] == "ok"
+    beyond = [p for (n, _), p in raw.items() if n > context]
+    assert beyond and all(p["outcome"] == "error" and p["http_status"] == 400 for p in beyond)
+    ok = [p for p in raw.values() if p["outcome"] == "ok"]
+    assert all(p["achieved_ok"] is not False for p in ok)
+    survival = summary["costs"][arm]["survival"]
+    assert {(p["length"], p["level"]): p["outcome"] for p in survival["points"]} == \
+        {k: p["outcome"] for k, p in raw.items()}
+    assert survival["largest_ok_length"]["1"] == context - 1
+    assert all(v is None for v in survival["first_failure"].values())
+    speed = summary["costs"][arm]["speed"]["per_length"][0]
+    assert speed["replicates"] == 3 and speed["decode_tok_s"]["mean"] > 0
+    assert_all_stopped(run)
+    return summary
+
+
+def test_llama_server_cost_protocol(tmp_path: Path, llama_server: Path):
+    plan = llama_plan(llama_server, loads=1).replace(
+        "[arms.seq]\n[arms.conc4]\noptions = { concurrency = 4 }\n", "[arms.np2]\n")
+    plan = plan.replace('"-np", "4", "-c", "8192"', '"-np", "2", "-c", "2048"')
+    plan = plan.replace("[probes.repeat]\ncount = 1\n", "[probes.repeat]\ncount = 0\n")
+    plan = plan.replace(SHORT_CORPUS, '[corpus]\ntags = ["prose-short-storm"]\n')
+    plan = plan.replace("loads_per_arm = 1\n", "loads_per_arm = 1\ncost_loads_per_arm = 1\n")
+    plan = plan.replace(probes_off("speed", "sweep", "prefix"), "") + COST
+    run = run_plan(tmp_path, plan)
+    summary = check_sweep(run, "np2", 1024)  # -c 2048 over 2 slots
+    cost = json.loads((run / "loads" / "np2-cost1.json").read_text())["launches"][0]
+    assert cost["cache_isolation"].startswith("cache_prompt left to the server's default")
+    assert summary["costs"]["np2"]["capacity"]["kv_tokens"] == 2048
+    assert summary["costs"]["np2"]["prefix"]["cached_reported"] is True
+
+
+def test_vllm_cost_protocol(tmp_path: Path, vllm_python: Path):
+    plan = vllm_plan(vllm_python, tmp_path).replace("loads_per_arm = 2",
+                                                    "loads_per_arm = 1\ncost_loads_per_arm = 1")
+    plan = plan.replace("[arms.compiled]\n", "").replace("[probes.repeat]\ncount = 1\n",
+                                                         "[probes.repeat]\ncount = 0\n")
+    plan = plan.replace(CORPUS, '[corpus]\ntags = ["prose-harbour"]\n')
+    plan = plan.replace(probes_off("speed", "sweep", "prefix"), "") + COST
+    run = run_plan(tmp_path, plan)
+    summary = check_sweep(run, "eager", 2048)
+    cost = json.loads((run / "loads" / "eager-cost1.json").read_text())["launches"][0]
+    # the cost load runs vLLM as the arm configures it: no cache flag added
+    assert "--no-enable-prefix-caching" not in cost["command"]
+    assert summary["costs"]["eager"]["capacity"]["kv_tokens"] > 0
+    # vLLM's prefix cache is on by default: later requests reuse the shared prefix
+    assert summary["costs"]["eager"]["prefix"]["later_cached_tokens"] > 0

@@ -28,7 +28,8 @@ from typing import Any
 class Engine:
     """The loaded model; `score` holds a lock, one forward pass at a time."""
 
-    def __init__(self, model_dir: Path, device: str, dtype: str, attn: str, threads: int) -> None:
+    def __init__(self, model_dir: Path, device: str, dtype: str, attn: str, threads: int,
+                 max_len: int | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -46,7 +47,8 @@ class Engine:
             model_dir, dtype=getattr(torch, dtype), attn_implementation=attn
         )
         self.model: Any = loaded.to(device).eval()
-        self.max_len = int(getattr(self.model.config, "max_position_embeddings", 2048))
+        # Like vLLM's --max-model-len: a smaller context than the model's own.
+        self.max_len = max_len or int(getattr(self.model.config, "max_position_embeddings", 2048))
         self.name = model_dir.name
         self.lock = threading.Lock()
 
@@ -193,15 +195,18 @@ class Handler(BaseHTTPRequestHandler):
             prompts = prompt
         else:
             raise ValueError("'prompt' must be a list of token ids or a list of such lists")
-        too_long = [len(p) for p in prompts if len(p) > self.engine.max_len]
-        if too_long:
-            raise ValueError(
-                f"prompt of {too_long[0]} tokens exceeds max_model_len {self.engine.max_len}"
-            )
         max_tokens = int(body.get("max_tokens", 1))
         if max_tokens < 0:
             raise ValueError("max_tokens must be >= 0")
         want_logprobs = body.get("prompt_logprobs") is not None or bool(body.get("echo"))
+        # As vLLM: the prompt and the tokens asked for must fit the context.
+        extra = 0 if want_logprobs else max_tokens
+        too_long = [len(p) for p in prompts if len(p) + extra > self.engine.max_len]
+        if too_long:
+            raise ValueError(
+                f"prompt of {too_long[0]} tokens + {extra} to generate exceeds max_model_len "
+                f"{self.engine.max_len}"
+            )
         if not want_logprobs and max_tokens >= 1:
             return self._generate(prompts, max_tokens)
         if max_tokens > 1:
@@ -261,12 +266,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--attn-implementation", default="sdpa")
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--max-model-len", type=int, default=None)
     args = parser.parse_args(argv)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         parser.error("the embedded engine binds to the loopback interface only")
     started = time.monotonic()
     Handler.engine = Engine(args.model, args.device, args.dtype, args.attn_implementation,
-                            args.threads)
+                            args.threads, args.max_model_len)
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     sys.stderr.write(
         f"servediff-hf-server ready on {args.host}:{args.port} after "

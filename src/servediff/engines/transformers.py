@@ -27,6 +27,8 @@ class TransformersOptions(EngineOptions):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     threads: int = Field(default=0, ge=0)
+    # A context shorter than the model's own (as vLLM's --max-model-len).
+    max_model_len: int | None = Field(default=None, ge=2)
 
 
 class TransformersAdapter(EngineAdapter):
@@ -42,7 +44,9 @@ class TransformersAdapter(EngineAdapter):
         assert isinstance(options, TransformersOptions)
         return ["--device", options.device, "--dtype", options.dtype,
                 "--attn-implementation", options.attn_implementation,
-                "--threads", str(options.threads)]
+                "--threads", str(options.threads),
+                *(["--max-model-len", str(options.max_model_len)]
+                  if options.max_model_len else [])]
 
     def info(self, client: EngineClient) -> EngineInfo:
         raw: dict[str, Any] = client.get_json("/version")

@@ -1,0 +1,138 @@
+"""Survival recording against a real engine that dies or hangs above a prompt length.
+
+The engine is the embedded transformers server wrapped by
+tests/engines/fragile_server.py: one arm aborts the process on a prompt over
+1,100 tokens, one hangs while its health check still answers, one is
+healthy. The sweep must record death and hang at the right lengths, restart
+the engine, measure every other point, and `rederive` must give the same
+survival map, noise bands and verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.engines import assert_all_stopped, probes_off, servediff
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMAND = [sys.executable, "-m", "tests.engines.fragile_server", "--model", "{model}",
+           "--host", "{host}", "--port", "{port}"]
+PLAN = f"""
+engine = "transformers"
+model = "smollm2"
+loads_per_arm = 1
+cost_loads_per_arm = 2
+[launch]
+command = {json.dumps(COMMAND)}
+env = {{ PYTHONPATH = {json.dumps(str(ROOT))} }}
+[engine_options]
+device = "cpu"
+max_model_len = 2048
+[arms.stock]
+[arms.dies]
+args = ["--die-above", "1100"]
+[arms.hangs]
+args = ["--hang-above", "1100"]
+[corpus]
+tags = ["json-event", "prose-harbour"]
+[probes.repeat]
+count = 0
+[probes.speed]
+prompt_tokens = [128]
+max_tokens = 8
+replicates = 3
+[probes.sweep]
+start = 512
+levels = [1, 2]
+request_timeout_s = 8
+[probes.prefix]
+prefix_tokens = 600
+""" + probes_off("concurrency", "generate")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("survival")
+    (work / "plan.toml").write_text(PLAN)
+    done = servediff("run", "plan.toml", "--out", "run", cwd=work)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return work / "run"
+
+
+def sweep(run: Path, arm: str) -> dict:
+    return json.loads((run / "cells" / f"{arm}-cost1-sweep.json").read_text())
+
+
+def test_every_point_is_measured_and_failures_are_named(run: Path):
+    expected = [[512, 1], [1024, 1], [2047, 1], [2560, 1], [512, 2], [1024, 2], [2047, 2]]
+    for arm in ("stock", "dies", "hangs"):
+        cell = sweep(run, arm)
+        assert cell["context_length"] == 2048
+        assert cell["sweep_plan"] == expected
+        assert [[p["length"], p["level"]] for p in cell["sweep"]] == expected, arm
+    outcome = {arm: {(p["length"], p["level"]): p for p in sweep(run, arm)["sweep"]}
+               for arm in ("stock", "dies", "hangs")}
+    # the healthy engine refuses the prompt past its context with a real error response
+    assert {k: p["outcome"] for k, p in outcome["stock"].items()} == {
+        k: "error" if k == (2560, 1) else "ok" for k in map(tuple, expected)}
+    assert outcome["stock"][(2560, 1)]["http_status"] == 400
+    assert "exceeds max_model_len 2048" in outcome["stock"][(2560, 1)]["error"]
+    assert all(p["achieved_ok"] for k, p in outcome["stock"].items() if k != (2560, 1))
+    for arm, kind in (("dies", "death"), ("hangs", "hang")):
+        for key, p in outcome[arm].items():
+            assert p["outcome"] == (kind if key[0] > 1100 else "ok"), (arm, key, p)
+    death = outcome["dies"][(2047, 1)]
+    assert death["signal"] == "SIGABRT" and death["returncode"] == -6
+    assert "fragile: a prompt of 2047 tokens; aborting" in death["log_tail"]
+    hang = outcome["hangs"][(2047, 1)]
+    assert hang["health_answered"] is True and "timed out" in hang["error"]
+    # each death or hang ended its launch; the next launch went on from the next point
+    for arm in ("dies", "hangs"):
+        launches = json.loads((run / "loads" / f"{arm}-cost1.json").read_text())["launches"]
+        assert len(launches) >= 4
+        assert sum("sweep:" in (x["error"] or "") for x in launches) == 3
+        assert [p["launch"] for p in sweep(run, arm)["sweep"]] == [1, 1, 1, 2, 3, 3, 3]
+    assert not list((run / "partial").glob("*-progress.json"))
+    assert_all_stopped(run)
+
+
+def test_survival_map_and_verdict(run: Path):
+    summary = json.loads((run / "summary.json").read_text())
+    costs = summary["costs"]
+    assert costs["stock"]["survival"]["largest_ok_length"] == {"1": 2047, "2": 2047}
+    assert costs["dies"]["survival"]["largest_ok_length"] == {"1": 1024, "2": 1024}
+    # the map matches the raw outcomes point by point
+    for arm in ("stock", "dies", "hangs"):
+        raw = {(p["length"], p["level"]): p["outcome"] for p in sweep(run, arm)["sweep"]}
+        got = {(p["length"], p["level"]): p["outcome"]
+               for p in costs[arm]["survival"]["points"]}
+        assert got == raw
+    pairs = {p["arm"]: p for p in summary["verdict"]["pairs"]}
+    dies = [c["text"] for c in pairs["dies"]["claims"] if c["kind"] == "cost"]
+    assert "`dies`: the server process died at the first prompt of 2,047 tokens (SIGABRT)" \
+        in dies
+    hangs = [c["text"] for c in pairs["hangs"]["claims"] if c["kind"] == "cost"]
+    assert ("`hangs`: requests hung at the first prompt of 2,047 tokens while its health "
+            "check still answered") in hangs
+    report = (run / "report.md").read_text()
+    assert "| 2,047 | ok | ok | DEATH SIGABRT | DEATH SIGABRT | HANG | HANG |" in report
+    assert "| 2,560 | error 400 | - | DEATH SIGABRT | - | HANG | - |" in report
+    # speed: 2 cost loads x 3 kept replicates per arm, with a band per metric
+    speed = costs["stock"]["speed"]["per_length"][0]
+    assert speed["replicates"] == 6 and speed["decode_tok_s"]["band95"] is not None
+
+
+def test_rederive_gives_the_same_bands_and_verdict(run: Path):
+    done = servediff("rederive", str(run), "--json", cwd=run.parent)
+    assert done.returncode == 0, done.stderr
+    again = json.loads(done.stdout)
+    summary = json.loads((run / "summary.json").read_text())
+    assert again["costs"] == summary["costs"]
+    assert again["verdict"] == summary["verdict"]
+    assert servediff("verify", str(run), cwd=run.parent).returncode == 0
