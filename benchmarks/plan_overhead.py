@@ -1,0 +1,84 @@
+"""How long a plan takes on the embedded engine, and the share spent outside the engine.
+
+Runs a plan into a temporary folder and prints, side by side from the same
+run: total wall time, time inside the engine as the evidence records it
+(start-up to ready, plus every cell's time waiting on engine responses) and
+the share of wall time outside it. The model conversion is done (and cached)
+before the clock starts, since it happens once per machine, not once per run.
+
+    python benchmarks/plan_overhead.py --plan default   # drift + the full cost protocol
+    python benchmarks/plan_overhead.py --plan demo      # the demo's smaller grids
+
+`default` is a plan that names only engine, model and arms (two attention
+implementations): what a user gets without choosing any probe settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+import tomllib
+from collections import defaultdict
+from importlib import resources
+from pathlib import Path
+
+from servediff import models
+from servediff.derived import write_derived
+from servediff.plan import resolve_plan
+from servediff.runner import Runner, SilentObserver
+
+DEFAULT = """
+name = "default"
+engine = "transformers"
+model = "smollm2"
+[arms.sdpa]
+options = { attn_implementation = "sdpa" }
+[arms.eager]
+options = { attn_implementation = "eager" }
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--plan", choices=("default", "demo"), default="default")
+    parser.add_argument("--keep", type=Path, help="write the run here instead of a temp folder")
+    args = parser.parse_args()
+    models.smollm2_dir(lambda message: None)
+    text = (DEFAULT if args.plan == "default" else
+            resources.files("servediff.plans").joinpath("demo.toml").read_text())
+    plan, corpus = resolve_plan(tomllib.loads(text), f"{args.plan}.toml", Path.cwd())
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.keep or Path(tmp) / "run"
+        t0 = time.monotonic()
+        Runner(plan, corpus, root, Path.cwd(), SilentObserver()).run()
+        write_derived(root)
+        wall = time.monotonic() - t0
+        ready = stop = 0.0
+        launches = 0
+        for path in (root / "loads").glob("*.json"):
+            for launch in json.loads(path.read_text())["launches"]:
+                launches += 1
+                ready += launch["seconds_to_ready"] or 0.0
+                stop += launch["stop"]["stop_seconds"] if launch["stop"] else 0.0
+        per_probe: dict[str, float] = defaultdict(float)
+        for p in (root / "cells").glob("*.json"):
+            cell = json.loads(p.read_text())
+            per_probe[cell["probe"]] += cell["engine_seconds"]
+    engine = ready + sum(per_probe.values())
+    print(f"{args.plan} plan: {len(plan.arms)} arms x {plan.loads_per_arm} drift loads + "
+          f"{plan.cost_loads_per_arm} cost loads, {len(corpus.texts)} texts, "
+          f"{launches} launches")
+    print(f"wall time              {wall:8.1f} s")
+    print(f"engine start to ready  {ready:8.1f} s")
+    for probe, seconds in sorted(per_probe.items()):
+        print(f"engine, {probe:<14} {seconds:8.1f} s")
+    print(f"engine stop            {stop:8.1f} s (counted outside the engine's work)")
+    print(f"outside the engine     {wall - engine:8.1f} s  "
+          f"({(wall - engine) / wall:.1%} of the wall time)")
+    print(f"ratio wall / engine    {wall / engine:8.3f}")
+
+
+if __name__ == "__main__":
+    main()
