@@ -114,3 +114,48 @@ def test_no_cost_found_is_stated_with_its_regime_and_what_was_not_tested(tmp_pat
     assert "Not tested: capacity, concurrency, generate, prefix, sweep" in pair["headline"]
     assert set(summary["untested"]) == {"capacity", "concurrency", "generate", "prefix",
                                         "sweep"}
+
+
+def test_a_speed_difference_outside_the_band_is_a_cost_with_its_size(tmp_path: Path):
+    cells = [cell(arm, 1) for arm in ("a", "b")]
+    for load in (1, 2):
+        cells.append(speed_cell("a", load, [100.0, 101.0, 99.0], [0.2, 0.21, 0.19]))
+        cells.append(speed_cell("b", load, [80.0, 81.0, 79.0], [0.2, 0.21, 0.19]))
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, loads=1, cost=True)))
+    (pair,) = summary["verdict"]["pairs"]
+    (decode,) = [c for c in pair["claims"] if c["text"].startswith("decode tok/s")]
+    assert decode["kind"] == "cost"
+    assert "`b` 80 vs `a` 100 (-20.0%), a cost outside the noise" in decode["text"]
+    assert pair["headline"].startswith("`b` vs `a`: 1 cost(s) found: decode tok/s")
+
+
+def test_monotone_replicates_are_flagged(tmp_path: Path):
+    cells = [cell("a", 1), speed_cell("a", 1, [100.0, 97.0, 95.0], [0.2, 0.2, 0.2]),
+             speed_cell("a", 2, [93.0, 90.0, 88.0], [0.2, 0.2, 0.2])]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1,
+                                                  cost=True)))
+    speed = summary["costs"]["a"]["speed"]
+    assert speed["monotone_drift"] == [{"prompt_tokens": 512, "metric": "decode_tok_s"}]
+    assert speed["per_length"][0]["replicates"] == 6  # the warm-up replicates are dropped
+
+
+def test_two_replicates_give_no_band(tmp_path: Path):
+    cells = [cell(arm, 1) for arm in ("a", "b")]
+    cells += [speed_cell(arm, 1, [100.0, 90.0], [0.2, 0.3]) for arm in ("a", "b")]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, loads=1, cost=True)))
+    (pair,) = summary["verdict"]["pairs"]
+    speed = [c for c in pair["claims"] if "decode tok/s" in c["text"]]
+    assert speed[0]["kind"] == "note" and "not enough replicates" in speed[0]["text"]
+
+
+def test_an_error_inside_the_context_is_a_failure_past_it_is_not(tmp_path: Path):
+    outcomes = {(1024, 1): "ok", (2047, 1): "error", (2560, 1): "error"}
+    cells = [cell("a", 1), cell("b", 1), sweep_cell("a", 2048, {
+        (1024, 1): "ok", (2047, 1): "ok", (2560, 1): "error"}), sweep_cell("b", 2048, outcomes)]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, loads=1, cost=True)))
+    a, b = summary["costs"]["a"]["survival"], summary["costs"]["b"]["survival"]
+    assert a["first_failure"] == {"1": None} and a["largest_ok_length"] == {"1": 2047}
+    assert b["first_failure"]["1"]["length"] == 2047
+    (pair,) = summary["verdict"]["pairs"]
+    assert "`b`: error response at the first prompt of 2,047 tokens (HTTP 400)" in [
+        c["text"] for c in pair["claims"] if c["kind"] == "cost"]

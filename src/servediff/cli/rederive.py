@@ -11,7 +11,7 @@ from servediff import atomic
 from servediff.analysis.summary import summarize
 from servediff.bundle import Layout, read_evidence
 from servediff.cli.console import err, out
-from servediff.report.table import drift_table
+from servediff.report.table import run_view
 
 
 @click.command()
@@ -23,7 +23,7 @@ def rederive(run_dir: Path, as_json: bool) -> int:
     if as_json:
         out.print(atomic.dumps(summary), end="", markup=False, highlight=False, soft_wrap=True)
     else:
-        out.print(drift_table(summary))
+        out.print(run_view(summary))
     stored = Layout(run_dir).summary
     if not stored.exists():
         err.print("no summary.json in this run yet; nothing to check against")

@@ -13,7 +13,7 @@ from servediff.cli.console import err, out
 from servediff.cli.progress import RichObserver
 from servediff.derived import write_derived
 from servediff.plan import load_plan_file, resolve_plan
-from servediff.report.table import drift_table
+from servediff.report.table import run_view
 from servediff.runner import Runner
 
 
@@ -48,7 +48,7 @@ def execute(plan_source: Path | None, out_dir: Path | None) -> None:
                   f"run the same command with --out {root} to resume")
         raise SystemExit(130) from None
     summary = write_derived(root)
-    out.print(drift_table(summary))
+    out.print(run_view(summary))
     out.print(f"wall time {time.monotonic() - t0:.1f}s; report: {root / 'report.md'}")
     out.print(f"re-derive every number with: servediff rederive {root}")
 

@@ -36,7 +36,7 @@ def _pair_line(label: str, p: dict[str, Any]) -> str:
 def render(summary: dict[str, Any], run_name: str) -> str:
     s = summary["setup"]
     lines = [
-        f"# servediff drift report: {run_name}",
+        f"# servediff report: {run_name}",
         "",
         f"Engine `{summary['engine']}`, model `{summary['model']}`, "
         f"{len(summary['arms'])} arms x {s['loads_per_arm']} cold loads, "

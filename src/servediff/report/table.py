@@ -89,3 +89,46 @@ def concurrency_tables(summary: dict[str, Any]) -> list[Table]:
             table.add_row(kind, str(length), *row)
         tables.append(table)
     return tables
+
+
+def survival_table(summary: dict[str, Any]) -> Table | None:
+    from servediff.report.costs import OUTCOME_MARK
+
+    sweeps = {arm: c["survival"] for arm, c in (summary.get("costs") or {}).items()
+              if c["survival"]}
+    if not sweeps:
+        return None
+    columns = [(arm, lv) for arm, s in sweeps.items() for lv in s["levels"]]
+    table = Table(title="Survival per prompt length (DEATH: process exited; HANG: no answer "
+                  "while alive; error past the context is the expected refusal)")
+    table.add_column("tokens")
+    for arm, level in columns:
+        table.add_column(f"{arm} x{level}")
+    for n in sorted({p["length"] for s in sweeps.values() for p in s["points"]}):
+        row = []
+        for arm, level in columns:
+            p = next((p for p in sweeps[arm]["points"]
+                      if p["length"] == n and p["level"] == level), None)
+            row.append("-" if p is None else OUTCOME_MARK[p["outcome"]])
+        table.add_row(f"{n:,}", *row)
+    return table
+
+
+def verdict_tables(summary: dict[str, Any]) -> list[Table]:
+    tables = []
+    for pair in (summary.get("verdict") or {}).get("pairs", []):
+        table = Table(title=pair["headline"], title_justify="left", show_lines=False)
+        table.add_column("kind", no_wrap=True)
+        table.add_column("claim")
+        for c in pair["claims"]:
+            if c["kind"] in ("cost", "gain", "within noise", "drift", "survival"):
+                table.add_row(c["kind"], c["text"])
+        tables.append(table)
+    return tables
+
+
+def run_view(summary: dict[str, Any]) -> Group:
+    """Everything the terminal shows after a run or a rederive."""
+    survival = survival_table(summary)
+    return Group(drift_table(summary), *([survival] if survival else []),
+                 *verdict_tables(summary))
