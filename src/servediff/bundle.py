@@ -78,6 +78,10 @@ class Layout:
         return self.root / "report.md"
 
     @property
+    def html(self) -> Path:
+        return self.root / "report.html"
+
+    @property
     def manifest(self) -> Path:
         return self.root / "manifest.json"
 
@@ -122,6 +126,17 @@ def _bundle_files(root: Path) -> list[Path]:
         p for p in root.rglob("*")
         if p.is_file() and p.name != "manifest.json" and not p.name.startswith(".")
     )
+
+
+DERIVED = ("summary.json", "report.md", "report.html")
+
+
+def evidence_sha256(root: Path) -> str:
+    """One hash over every raw file of the bundle (derived files left out), the way
+    the manifest lists them: what a report cites as the evidence it came from."""
+    lines = "".join(f"{p.relative_to(root)} {_hash(p)}\n" for p in _bundle_files(root)
+                    if str(p.relative_to(root)) not in DERIVED)
+    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 def write_manifest(root: Path) -> None:

@@ -339,7 +339,11 @@ def setup(evidence: Evidence) -> dict[str, Any]:
                    "texts": len(evidence.lock["corpus"]["texts"])},
         "prefix": plan["scoring"]["prefix"],
         "loads_per_arm": plan["loads_per_arm"],
+        "cost_loads_per_arm": plan.get("cost_loads_per_arm"),
         "repeats": plan["probes"]["repeat"]["count"],
+        "probes": plan["probes"],
+        "context_lengths": sorted({int(launch.engine["max_model_len"]) for _, launch in launches
+                                   if launch.engine.get("max_model_len")}),
         "arms": arms,
         "engine_versions": versions,
         "weights_sha256": weights,

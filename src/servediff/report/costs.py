@@ -11,7 +11,7 @@ def verdict_lines(summary: dict[str, Any]) -> list[str]:
     v = summary.get("verdict")
     if not v or not v["pairs"]:
         return []
-    lines = ["## Verdict", ""]
+    lines = ["### Verdict per arm pair", ""]
     for pair in v["pairs"]:
         lines += [f"**{pair['headline']}.**", ""]
         if pair["fix"]:
@@ -116,7 +116,7 @@ def cost_lines(summary: dict[str, Any]) -> list[str]:
     costs = summary.get("costs")
     if not costs:
         return []
-    lines = ["## What the arms cost", ""]
+    lines = ["### What the arms cost", ""]
     for arm, c in costs.items():
         if c["speed"]:
             lines += speed_lines(arm, c["speed"])

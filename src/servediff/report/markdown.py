@@ -33,7 +33,44 @@ def _pair_line(label: str, p: dict[str, Any]) -> str:
             f"{p['max_tag'] or '-'} | {'yes' if p['bit_identical'] else 'no'} |{ids}")
 
 
-def render(summary: dict[str, Any], run_name: str) -> str:
+def what_broke(summary: dict[str, Any]) -> list[str]:
+    """Drift found per arm and every cost the verdict named, first thing in the report."""
+    lines = ["## What broke", ""]
+    found = False
+    for arm, data in summary["arms"].items():
+        if data["signature"] not in ("bit-identical", "stable within threshold",
+                                     "not measured"):
+            moved = [p for p in data["across_load"] if p["moved"]]
+            detail = "".join(f"; moved {p['moved']} of {p['compared']} texts between cold loads "
+                             f"{p['load_a']} and {p['load_b']} (max |dNLL| "
+                             f"{fmt_nll(p['max_abs_delta'])})" for p in moved)
+            lines.append(f"- `{arm}`: {data['signature']}{detail}")
+            found = True
+    for pair in (summary.get("verdict") or {}).get("pairs", []):
+        if pair["costs"]:
+            lines.append(f"- {pair['headline']}")
+            found = True
+    for arm, c in (summary.get("costs") or {}).items():
+        s = c["survival"]
+        if s and any(s["first_failure"].values()) and not (summary.get("verdict") or {}).get(
+                "pairs"):
+            lines.append(f"- `{arm}`: the sweep found failures (see the survival map)")
+            found = True
+    if not found:
+        coverage = (summary.get("verdict") or {}).get("coverage", "the probes run")
+        lines.append(f"Nothing within the regime covered ({coverage}); read \"Not tested\" "
+                     "before generalising.")
+    return [*lines, ""]
+
+
+def what_fixed_it(summary: dict[str, Any]) -> list[str]:
+    fixes = [p["fix"] for p in (summary.get("verdict") or {}).get("pairs", []) if p["fix"]]
+    if not fixes:
+        return ["## What fixed it", "", "No arm removed a drift that another arm showed.", ""]
+    return ["## What fixed it", "", *[f"- {f}." for f in fixes], ""]
+
+
+def render(summary: dict[str, Any], run_name: str, bundle_sha256: str | None = None) -> str:
     s = summary["setup"]
     lines = [
         f"# servediff report: {run_name}",
@@ -45,8 +82,9 @@ def render(summary: dict[str, Any], run_name: str) -> str:
         f"|dNLL| > {summary['threshold_abs_nll']:g} nats.",
         "",
     ]
-    lines += verdict_lines(summary)
+    lines += what_broke(summary)
     lines += ["## What you saw", ""]
+    lines += verdict_lines(summary)
     for arm, data in summary["arms"].items():
         lines += [f"### Arm `{arm}`: {data['signature']}", "", f"_{data['signature_meaning']}_", "",
                   "| comparison | moved | max abs dNLL | text | bit-identical |",
@@ -133,12 +171,14 @@ def render(summary: dict[str, Any], run_name: str) -> str:
         lines += [f"{len(summary['partial_cells'])} cell(s) were cut short by an engine death; "
                   "their rows are kept under `partial/` and not compared.", ""]
     lines += cost_lines(summary)
+    lines += what_fixed_it(summary)
     lines += ["## What were you serving", ""]
     for arm, a in s["arms"].items():
         opts = ", ".join(f"{k}={v}" for k, v in sorted(a["options"].items()))
         ready = ", ".join(f"{x:.1f}" for x in a["seconds_to_ready"])
         capacity = ", ".join(f"{k}={v}" for k, v in sorted(a["capacity"].items()))
-        lines.append(f"- arm `{arm}`: options {opts or '-'}; extra args "
+        command = " ".join(a["command"] or []) or "-"
+        lines.append(f"- arm `{arm}`: command `{command}`; options {opts or '-'}; extra args "
                      f"`{' '.join(a['args']) or '-'}`; env "
                      f"`{' '.join(f'{k}={v}' for k, v in a['env'].items()) or '-'}`; "
                      f"seconds to ready per launch: {ready or '-'}; "
@@ -154,6 +194,9 @@ def render(summary: dict[str, Any], run_name: str) -> str:
         f"- devices: {', '.join(s['devices']) or '-'}; CPU: {', '.join(s['cpu']) or '-'}; "
         f"GPUs: {', '.join(s['gpus']) or 'none'}; Python {', '.join(s['python'])}",
         f"- scoring prefix convention: `{s['prefix']}` (the token put before every text)",
+        f"- context length as the engine reported it: "
+        f"{', '.join(str(n) for n in s.get('context_lengths', [])) or 'not reported'}",
+        f"- protocol: {protocol(s)}",
         "",
         "## Not tested",
         "",
@@ -168,9 +211,42 @@ def render(summary: dict[str, Any], run_name: str) -> str:
         "## Diagnostic evidence",
         "",
         f"- plan sha256: `{summary['plan_sha256']}`",
-        f"- {summary['cells']} cell files with raw per-token logprobs; every headline number "
-        "above is recomputed by `servediff rederive RUN`, and `servediff verify RUN` checks "
-        "every file against `manifest.json`.",
+        *([f"- evidence sha256 (every raw file, as listed in `manifest.json`): "
+           f"`{bundle_sha256}`"] if bundle_sha256 else []),
+        f"- {summary['cells']} cell files with raw rows (per-token logprobs, hashes, timings), "
+        "load records with launch and stop, engine logs, `plan.lock.json`.",
+        "- re-derive every number above: `servediff rederive RUN`; check every file: "
+        "`servediff verify RUN`; re-render: `servediff report RUN --format md|html|json`.",
         "",
     ]
     return "\n".join(lines)
+
+
+def protocol(setup: dict[str, Any]) -> str:
+    """The probes that ran, with the settings that bound what they could see."""
+    probes = setup.get("probes") or {}
+    parts = [f"{setup['loads_per_arm']} drift load(s) per arm, {setup['repeats']} repeat(s)"]
+    conc = probes.get("concurrency", {})
+    if conc.get("enabled"):
+        parts.append(f"concurrency {conc['kinds']} at lengths {conc['lengths']} x levels "
+                     f"{conc['levels']}, {conc['requests']} identical requests")
+    gen = probes.get("generate", {})
+    if gen.get("enabled"):
+        parts.append(f"generate {gen['texts']} prompts x {gen['repeats']} repeats, "
+                     f"{gen['max_tokens']} tokens")
+    if any(probes.get(p, {}).get("enabled") for p in ("speed", "sweep", "prefix")):
+        parts.append(f"{setup.get('cost_loads_per_arm')} cost load(s) per arm")
+    speed = probes.get("speed", {})
+    if speed.get("enabled"):
+        parts.append(f"speed at {speed['prompt_tokens']} prompt tokens, {speed['max_tokens']} "
+                     f"output tokens, {speed['warmup']} warm-up + {speed['replicates']} "
+                     "replicates per cost load")
+    sweep = probes.get("sweep", {})
+    if sweep.get("enabled"):
+        parts.append(f"sweep from {sweep['start']} tokens to the context and past it at "
+                     f"levels {sweep['levels']}" if not sweep["lengths"] else
+                     f"sweep at {sweep['lengths']} x levels {sweep['levels']}")
+    prefix = probes.get("prefix", {})
+    if prefix.get("enabled"):
+        parts.append(f"prefix reuse over {prefix['requests']} requests")
+    return "; ".join(parts)

@@ -1,0 +1,347 @@
+"""Scrubbing: what must not leave the machine, taken out of any text before it does.
+
+Secrets with a known shape are found by detect-secrets' detectors (AWS,
+OpenAI, Slack, Stripe, PyPI, npm, GitLab, ... and quoted high-entropy
+strings); servediff adds the rules that library lacks for this field: Hugging
+Face and GitHub tokens, JWTs, bearer and Authorization headers, cookies, PEM
+private-key blocks, `key=` / `token=` / `secret=` / `password=` assignments
+and secret-named JSON fields, unquoted high-entropy strings, and the
+infrastructure a report leaks: hostnames (bare, bracketed, `user@host`), IPv4
+and IPv6 addresses, absolute paths of any depth (POSIX, `~/`, Windows), user
+names and e-mail addresses.
+
+Kept: model names (`Org/Model-Name`), engine versions and build strings,
+image tags, flags and their values, port numbers (`HOST:8000`), timestamps,
+hex digests, version numbers, API routes (`/v1/completions`) and every
+non-secret part of a JSON or request body.
+
+Detection runs on a copy with Unicode look-alikes folded (NFKC plus common
+Cyrillic and Greek homoglyphs), so `ѕk-...` is caught; the replacement is
+applied to the original text, so non-English text elsewhere stays as it was.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+from detect_secrets.plugins.high_entropy_strings import HighEntropyStringsPlugin
+
+# Cyrillic and Greek letters that render like Latin ones.
+HOMOGLYPHS = str.maketrans({
+    "а": "a", "е": "e", "о": "o", "р": "p", "с": "c", "у": "y", "х": "x", "ѕ": "s",
+    "і": "i", "ј": "j", "к": "k", "м": "m", "т": "t", "н": "h", "в": "b", "г": "r",
+    "А": "A", "В": "B", "Е": "E", "К": "K", "М": "M", "Н": "H", "О": "O", "Р": "P",
+    "С": "C", "Т": "T", "Х": "X", "Ѕ": "S", "І": "I",
+    "α": "a", "ο": "o", "ρ": "p", "ν": "v", "κ": "k", "ι": "i", "τ": "t",
+    "Α": "A", "Β": "B", "Ε": "E", "Κ": "K", "Μ": "M", "Ν": "N", "Ο": "O", "Ρ": "P",
+    "Τ": "T", "Χ": "X", "Ζ": "Z", "Η": "H", "Ι": "I",
+    "\u200b": "", "\u200c": "", "\u200d": "", "\ufeff": "", "\u2060": "",
+})
+
+# detect-secrets detectors that return the whole secret (not just a prefix).
+DETECTORS = ("AWS Access Key", "OpenAI Token", "Slack Token", "Stripe Access Key",
+             "SendGrid API Key", "PyPI Token", "NPM tokens", "GitLab Token", "Twilio API Key",
+             "Discord Bot Token", "Telegram Bot Token", "Mailchimp Access Key",
+             "Base64 High Entropy String")
+
+PUBLIC_HOSTS = {"huggingface.co", "hf.co", "github.com", "ghcr.io", "docker.io",
+                "registry-1.docker.io", "nvcr.io", "quay.io", "pypi.org",
+                "files.pythonhosted.org", "download.pytorch.org", "gcr.io", "public.ecr.aws"}
+TLDS = ("com|net|org|io|ai|dev|app|cloud|co|edu|gov|mil|int|info|biz|me|us|uk|de|fr|jp|cn|"
+        "ru|nl|ch|se|no|fi|es|it|pl|in|kr|tw|au|ca|br|eu|local|localdomain|internal|intranet|"
+        "lan|corp|home|cluster|svc|priv|private")
+# Paths that are API routes, not places on a disk.
+ROUTES = {"v1", "v2", "health", "metrics", "generate", "completion", "completions",
+          "tokenize", "detokenize", "props", "slots", "version", "get_server_info",
+          "get_model_info", "flush_cache", "infill", "embedding", "embeddings", "models"}
+# A name that ends in a secret word: HF_TOKEN, api_key, client_secret, db_password;
+# not max_tokens or token_ids, which are counts and lists.
+SECRET_NAME = (r"[\w.-]*(?:api[_-]?key|access[_-]?key|secret(?:[_-]?key)?|token|passw(?:or)?d|"
+               r"pwd|credentials?|auth[_-]?key|private[_-]?key)(?![\w-])")
+NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", re.IGNORECASE)
+
+PLACEHOLDER = {
+    "private key": "REDACTED-PRIVATE-KEY", "authorization header": "REDACTED",
+    "bearer token": "Bearer REDACTED", "cookie": "REDACTED", "token": "REDACTED",
+    "secret assignment": "REDACTED", "secret field": "REDACTED",
+    "high-entropy string": "REDACTED", "url credentials": "REDACTED",
+    "e-mail address": "EMAIL", "user@host": "USER@HOST", "username": "USER",
+    "hostname": "HOST", "ipv4 address": "HOST", "ipv6 address": "HOST",
+    "path": "/PATH/...",
+}
+
+
+PLACEHOLDERS = frozenset(PLACEHOLDER.values())
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int
+    end: int
+    kind: str
+
+
+@dataclass
+class Scrubbed:
+    text: str
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def summary(self) -> str:
+        if not self.counts:
+            return "nothing"
+        return ", ".join(f"{n} {kind}{'' if n == 1 else 'es' if kind.endswith('s') else 's'}"
+                         for kind, n in sorted(self.counts.items()))
+
+
+def fold(text: str) -> tuple[str, list[int]]:
+    """The text with look-alikes folded, and for each of its characters the index of
+    the original character it came from."""
+    out: list[str] = []
+    origin: list[int] = []
+    for i, ch in enumerate(text):
+        folded = unicodedata.normalize("NFKC", ch.translate(HOMOGLYPHS)).translate(HOMOGLYPHS)
+        out.append(folded)
+        origin.extend([i] * len(folded))
+    return "".join(out), origin
+
+
+def _regex_rule(kind: str, pattern: str, group: int = 0, flags: int = 0
+                ) -> Callable[[str], Iterator[Span]]:
+    compiled = re.compile(pattern, flags)
+
+    def find(text: str) -> Iterator[Span]:
+        for m in compiled.finditer(text):
+            if m.group(group):
+                yield Span(m.start(group), m.end(group), kind)
+    return find
+
+
+def _plugins() -> list[tuple[str, bool, Any]]:
+    mapping: dict[str, Any] = get_mapping_from_secret_type_to_class()
+    out = []
+    for name in DETECTORS:
+        entropic = issubclass(mapping[name], HighEntropyStringsPlugin)
+        out.append((name, entropic, mapping[name](limit=4.5) if entropic else mapping[name]()))
+    return out
+
+
+def _detect_secrets(text: str) -> Iterator[Span]:
+    for name, entropic, plugin in _plugins():
+        for line_start, line in _lines(text):
+            for secret in plugin.analyze_string(line):
+                if not secret or len(secret) < 8 or _hex(secret):
+                    continue
+                # detect-secrets applies its entropy limit outside analyze_string
+                if entropic and plugin.calculate_shannon_entropy(secret) <= 4.5:
+                    continue
+                for m in re.finditer(re.escape(secret), line):
+                    yield Span(line_start + m.start(), line_start + m.end(),
+                               "high-entropy string" if "Entropy" in name else "token")
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    start = 0
+    for line in text.splitlines(keepends=True):
+        yield start, line
+        start += len(line)
+
+
+def _hex(s: str) -> bool:
+    return re.fullmatch(r"(?:0x)?[0-9a-fA-F]+", s) is not None
+
+
+def _entropy(s: str) -> float:
+    from math import log2
+    counts = Counter(s)
+    return -sum(n / len(s) * log2(n / len(s)) for n in counts.values())
+
+
+def _high_entropy(text: str) -> Iterator[Span]:
+    """Unquoted strings that look random: long, mixed classes, not hex, not word-shaped."""
+    for m in re.finditer(r"(?<![\w/.+=-])[A-Za-z0-9+/_=-]{24,}(?![\w/.+=-])", text):
+        s = m.group(0)
+        if _hex(s) or ("/" in s.strip("/") and not re.search(r"[+=]", s)):
+            continue
+        words = [w for w in re.split(r"[-_]", s) if w]
+        if len(words) >= 3 and all(re.fullmatch(r"[A-Za-z]*\d*[A-Za-z]*", w) for w in words):
+            continue  # kebab/snake-case names: model names, flags, tags
+        classes = sum(bool(re.search(p, s)) for p in (r"[a-z]", r"[A-Z]", r"\d"))
+        if classes == 3 and _entropy(s) >= 4.0:
+            yield Span(m.start(), m.end(), "high-entropy string")
+
+
+def _secret_assignments(text: str) -> Iterator[Span]:
+    """`token=...`, `password: "..."`, `--api-key ...`, `"secret": "..."`: the value only."""
+    patterns = [
+        rf"""(?i)["']?\b({SECRET_NAME})["']?\s*[:=]\s*(?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s,;&"'}}\]]+))""",
+        rf"""(?i)--({SECRET_NAME})(?:\s+|=)(?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s"']+))""",
+    ]
+    for pattern in patterns:
+        for m in re.finditer(pattern, text):
+            for name in ("dq", "sq", "bare"):
+                value = m.group(name)
+                if value is None:
+                    continue
+                if (not value or NUMBER.fullmatch(value) or value.lower() in (
+                        "null", "none", "true", "false", "redacted", "****")):
+                    break
+                kind = "secret field" if m.group(0).lstrip().startswith(('"', "'")) \
+                    else "secret assignment"
+                yield Span(m.start(name), m.end(name), kind)
+                break
+
+
+def _ipv6(text: str) -> Iterator[Span]:
+    for m in re.finditer(r"(?<![\w:.])\[?([0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}"
+                         r"(?:%\w+)?)\]?(?![\w:])", text):
+        candidate = m.group(1)
+        if candidate.count(":") < 2:
+            continue
+        try:
+            ipaddress.IPv6Address(candidate.split("%")[0])
+        except ValueError:
+            continue
+        yield Span(m.start(1), m.end(1), "ipv6 address")
+
+
+def _ipv4(text: str) -> Iterator[Span]:
+    for m in re.finditer(r"(?<![\w.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?![\w]|\.\d)",
+                         text):
+        parts = [int(p) for p in m.groups()]
+        if any(p > 255 for p in parts):
+            continue
+        before = text[max(0, m.start() - 12):m.start()].lower()
+        after = text[m.end():m.end() + 1]
+        # 1.2.3.4 after "v", "==" or "version" is a version. Otherwise an address when it
+        # is said to be one (ip, addr, host, //, @, a port after it) or starts at 10 or
+        # above (private ranges do); "nccl 2.21.5.1" stays a version.
+        if re.search(r"(?:v|==|version\s?|-)$", before):
+            continue
+        said = re.search(r"(?:ip|addr(?:ess)?|host|peer|inet|//|@|=|:)\s*$", before) or after == ":"
+        if parts[0] < 10 and not said:
+            continue
+        yield Span(m.start(), m.end(), "ipv4 address")
+
+
+def _hostnames(text: str) -> Iterator[Span]:
+    fqdn = (rf"(?<![\w@/.-])((?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+"
+            rf"(?:{TLDS}))(?![\w-]|\.[A-Za-z])")
+    for m in re.finditer(fqdn, text, re.IGNORECASE):
+        if m.group(1).lower() not in PUBLIC_HOSTS:
+            yield Span(m.start(1), m.end(1), "hostname")
+    # a host name followed by a port, bracketed or not: gpu-node-3:8000, [node]:8000
+    for m in re.finditer(r"(?<![\w/.:@-])\[?([A-Za-z][A-Za-z0-9-]*[A-Za-z0-9](?:\.[A-Za-z0-9-]+)*)"
+                         r"\]?:(\d{2,5})(?!\d|\.\d)", text):
+        host = m.group(1).lower()
+        if host not in ("localhost", "http", "https", "port", "host") and host not in PUBLIC_HOSTS:
+            yield Span(m.start(1), m.end(1), "hostname")
+    for m in re.finditer(r"(?i)\b(?:host(?:name)?|node|server)\s*[=:]\s*[\"']?"
+                         r"([A-Za-z][A-Za-z0-9.-]*[A-Za-z0-9])", text):
+        if m.group(1).lower() not in ("localhost", "host", "port") and not m.group(1)[0].isdigit():
+            yield Span(m.start(1), m.end(1), "hostname")
+
+
+def _paths(text: str) -> Iterator[Span]:
+    posix = r"(?<![\w.:/~\\-])(~?/(?:[^\s/'\"`<>|:;,)(\]\[]+/?)+)"
+    for m in re.finditer(posix, text):
+        path = m.group(1)
+        first = path.lstrip("~/").split("/")[0]
+        if path.startswith("/") and first.lower() in ROUTES:
+            continue
+        if path in ("/", "~/") or re.fullmatch(r"/\d+(?:\.\d+)?", path):
+            continue
+        yield Span(m.start(1), m.end(1), "path")
+    for m in re.finditer(r"(?<![\w])([A-Za-z]:\\(?:[^\s\\'\"<>|:*?]+\\?)+)", text):
+        yield Span(m.start(1), m.end(1), "path")
+    for m in re.finditer(r"(?<![\w])(\\\\[A-Za-z0-9._-]+\\(?:[^\s\\'\"<>|]+\\?)+)", text):
+        yield Span(m.start(1), m.end(1), "path")
+
+
+RULES: list[Callable[[str], Iterator[Span]]] = [
+    _regex_rule("private key", r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?"
+                r"(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)"),
+    _regex_rule("authorization header", r"(?im)\b(?:proxy-)?authorization[\"']?\s*[:=]\s*"
+                r"[\"']?((?:bearer|basic|token|digest)\s+[^\s\"',]+|[^\s\"',]+)", 1),
+    _regex_rule("bearer token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
+    _regex_rule("cookie", r"(?im)\b(?:set-)?cookie[\"']?\s*[:=]\s*[\"']?([^\n\"']+)", 1),
+    _regex_rule("url credentials", r"(?i)\b[a-z][a-z0-9+.-]*://([^\s/@:]+:[^\s/@]+)@", 1),
+    _regex_rule("token", r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}"),
+    _regex_rule("token", r"\bhf_[A-Za-z0-9]{20,}"),
+    _regex_rule("token", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,}"),
+    _regex_rule("token", r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),
+    _regex_rule("token", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    _detect_secrets,
+    _secret_assignments,
+    _regex_rule("e-mail address",
+                r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
+    _regex_rule("user@host", r"(?<![\w/.@-])[a-z_][a-z0-9_.-]{0,31}@"
+                r"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)(?=[\s:'\"\]),;]|$)"),
+    _regex_rule("username", r"(?i)\b(?:user(?:name)?|login|owner|USER)\s*[=:]\s*[\"']?"
+                r"([A-Za-z_][A-Za-z0-9_.-]{0,31})", 1),
+    _regex_rule("username", r"(?i)--(?:user(?:name)?|login)(?:\s+|=)([A-Za-z_][\w.-]{0,31})", 1),
+    _ipv6,
+    _ipv4,
+    _hostnames,
+    _paths,
+    _high_entropy,
+]
+
+
+def spans(folded: str) -> list[Span]:
+    """Every finding, overlaps resolved: earlier rules win, then longer spans."""
+    found: list[tuple[int, Span]] = []
+    for priority, rule in enumerate(RULES):
+        found += [(priority, s) for s in rule(folded) if s.end > s.start]
+    found.sort(key=lambda x: (x[0], -(x[1].end - x[1].start)))
+    taken: list[Span] = []
+    for _, s in found:
+        if all(s.end <= t.start or s.start >= t.end for t in taken):
+            taken.append(s)
+    return sorted(taken, key=lambda s: s.start)
+
+
+def scrub(text: str) -> Scrubbed:
+    folded, origin = fold(text)
+    origin.append(len(text))
+    out = Scrubbed(text)
+    pieces = []
+    last = 0
+    for s in spans(folded):
+        if folded[s.start:s.end] in PLACEHOLDERS:
+            continue  # already scrubbed (a second pass over a rendered report)
+        start, end = origin[s.start], origin[s.end - 1] + 1
+        if start < last:
+            continue
+        pieces += [text[last:start], PLACEHOLDER[s.kind]]
+        out.counts[s.kind] += 1
+        last = end
+    pieces.append(text[last:])
+    out.text = "".join(pieces)
+    return out
+
+
+def scrub_tree(value: Any, counts: Counter[str] | None = None) -> tuple[Any, Counter[str]]:
+    """Every string inside a JSON-like value scrubbed (keys are servediff's own names and
+    stay); the counts of what was taken out, summed."""
+    counts = Counter() if counts is None else counts
+    if isinstance(value, str):
+        out = scrub(value)
+        counts.update(out.counts)
+        return out.text, counts
+    if isinstance(value, dict):
+        return {k: scrub_tree(v, counts)[0] for k, v in value.items()}, counts
+    if isinstance(value, list | tuple):
+        return [scrub_tree(v, counts)[0] for v in value], counts
+    return value, counts
+
+
+def describe(counts: Counter[str]) -> str:
+    """What was scrubbed, for the report: kinds and counts."""
+    return Scrubbed("", counts).summary()
