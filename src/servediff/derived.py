@@ -1,13 +1,22 @@
-"""Writing the derived files of a bundle (summary.json, report.md) and re-hashing it."""
+"""Writing the derived files of a bundle (summary.json, report.md, report.html) and
+re-hashing it.
+
+summary.json is the analysis of the raw evidence, exactly as `servediff
+rederive` recomputes it. The reports are for sharing: rendered from a
+scrubbed copy of it, then scrubbed again as text, and they say what kinds of
+thing were taken out and how many.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from servediff import atomic
 from servediff.analysis.summary import summarize
 from servediff.bundle import Layout, evidence_sha256, read_evidence, verify, write_manifest
+from servediff.report.html import render_html
 from servediff.report.markdown import render
 from servediff.scrub import describe, scrub, scrub_tree
 
@@ -20,19 +29,22 @@ def write_derived(root: Path) -> dict[str, Any]:
         verify(root)
     summary = summarize(read_evidence(root))
     atomic.write_json(layout.summary, summary)
-    atomic.write_text(layout.report, render_markdown(summary, root))
+    markdown, clean = render_reports(summary, root)
+    atomic.write_text(layout.report, markdown)
+    atomic.write_text(layout.html, render_html(clean, markdown, f"servediff report: "
+                                               f"{scrub(root.name).text}"))
     write_manifest(root)
     return summary
 
 
-def render_markdown(summary: dict[str, Any], root: Path) -> str:
-    """report.md, scrubbed: from a scrubbed copy of the summary, then a last pass over
-    the text; it ends by saying what kinds were taken out and how many."""
+def render_reports(summary: dict[str, Any], root: Path) -> tuple[str, dict[str, Any]]:
+    """report.md's text and the scrubbed summary the HTML page is drawn from."""
     clean, counts = scrub_tree(summary)
     name = scrub(root.name)
-    counts.update(name.counts)
+    counts = Counter(counts) + name.counts
     text = render(clean, name.text, evidence_sha256(root))
     last = scrub(text)
-    counts.update(last.counts)
-    return (last.text + f"\nScrubbed before writing (placeholders HOST, USER, EMAIL, "
-            f"/PATH/..., REDACTED): {describe(counts)}.\n")
+    counts += last.counts
+    markdown = (last.text + f"\nScrubbed before writing (placeholders HOST, USER, EMAIL, "
+                f"/PATH/..., REDACTED): {describe(counts)}.\n")
+    return markdown, clean

@@ -34,6 +34,8 @@ class Comparison:
     ids_differ: list[str] = field(default_factory=list)
     only_a: list[str] = field(default_factory=list)
     only_b: list[str] = field(default_factory=list)
+    # b - a per compared text: what the report plots per text
+    deltas: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -48,6 +50,7 @@ class Comparison:
             "ids_differ": self.ids_differ,
             "only_a": self.only_a,
             "only_b": self.only_b,
+            "deltas": self.deltas,
         }
 
 
@@ -87,4 +90,5 @@ def compare(a: Mapping[str, TextScore], b: Mapping[str, TextScore],
         ids_differ=ids_differ,
         only_a=sorted(set(a) - set(b)),
         only_b=sorted(set(b) - set(a)),
+        deltas=deltas,
     )

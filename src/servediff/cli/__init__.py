@@ -12,7 +12,7 @@ import sys
 import click
 
 from servediff import __version__
-from servediff.cli import compare, engines, rederive, report, run, scores, verify
+from servediff.cli import compare, engines, rederive, report, run, scores, scrub, verify
 from servediff.cli.console import err
 from servediff.errors import ServediffError
 
@@ -24,7 +24,7 @@ def cli() -> None:
 
 
 for command in (run.demo, run.run, rederive.rederive, verify.verify, report.report,
-                scores.scores, compare.compare, engines.engines):
+                scores.scores, compare.compare, engines.engines, scrub.scrub):
     cli.add_command(command)
 
 

@@ -1,4 +1,4 @@
-"""`servediff report RUN`: re-render report.md from the bundle, no engine needed."""
+"""`servediff report RUN`: re-render the derived files from the bundle, no engine needed."""
 
 from __future__ import annotations
 
@@ -13,11 +13,15 @@ from servediff.derived import write_derived
 
 @click.command()
 @click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
-@click.option("--stdout", "to_stdout", is_flag=True, help="also print the report")
-def report(run_dir: Path, to_stdout: bool) -> None:
-    """Re-derive summary.json and report.md from RUN's raw evidence."""
+@click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md",
+              show_default=True, help="which file to name (and print with --stdout)")
+@click.option("--stdout", "to_stdout", is_flag=True, help="also print that file")
+def report(run_dir: Path, fmt: str, to_stdout: bool) -> None:
+    """Re-derive summary.json, report.md and report.html from RUN's raw evidence."""
     write_derived(run_dir)
-    path = Layout(run_dir).report
+    layout = Layout(run_dir)
+    path = {"md": layout.report, "html": layout.html, "json": layout.summary}[fmt]
     if to_stdout:
-        out.print(path.read_text(encoding="utf-8"), markup=False, highlight=False)
+        out.print(path.read_text(encoding="utf-8"), markup=False, highlight=False,
+                  soft_wrap=True)
     out.print(f"report: {path}")

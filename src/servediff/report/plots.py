@@ -1,0 +1,197 @@
+"""The report's plots, drawn with matplotlib from a summary alone, as inline SVG.
+
+Each function returns an SVG document (text) or None when the run has nothing
+to draw for it. SVG metadata carries no date and ids are salted with a fixed
+string, so the same summary always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+
+plt.rcParams.update({"svg.hashsalt": "servediff", "font.size": 9,
+                     "axes.spines.top": False, "axes.spines.right": False})
+
+OUTCOMES = ["ok", "error", "hang", "death", "not run"]
+OUTCOME_COLORS = ["#4c9a2a", "#e0a400", "#d4540f", "#b00020", "#dddddd"]
+
+
+def _svg(fig: Figure) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def dnll_per_text(summary: dict[str, Any]) -> str | None:
+    """Per-text dNLL for every load pair of every arm, and between arms."""
+    series = []
+    for arm, data in summary["arms"].items():
+        for p in data["across_load"]:
+            series.append((f"{arm}: load {p['load_a']} vs {p['load_b']}", p["deltas"]))
+        for p in data["within_load"]:
+            series.append((f"{arm}: load {p['load']} repeat {p['repeat']}", p["deltas"]))
+    for p in summary.get("arm_shifts", []):
+        series.append((f"{p['arm_a']} vs {p['arm_b']}", p["deltas"]))
+    series = [(label, d) for label, d in series if d]
+    if not series:
+        return None
+    tags = sorted({t for _, d in series for t in d})
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(series) + 1.6))
+    for row, (_, deltas) in enumerate(series):
+        xs = [tags.index(t) for t in deltas]
+        values = list(deltas.values())
+        colors = ["#b00020" if v != 0 else "#4c9a2a" for v in values]
+        ax.scatter(xs, [row] * len(xs), c=colors, s=[8 + min(abs(v) * 2e4, 120)
+                                                     for v in values])
+    ax.set_yticks(range(len(series)), [label for label, _ in series])
+    ax.set_xticks(range(len(tags)), tags, rotation=90, fontsize=6)
+    ax.set_xlim(-1, len(tags))
+    ax.set_title("dNLL per text (red: moved, size grows with |dNLL|; green: identical)")
+    return _svg(fig)
+
+
+def dnll_magnitude(summary: dict[str, Any]) -> str | None:
+    """|dNLL| per text on a log scale, one line per comparison."""
+    series = []
+    for arm, data in summary["arms"].items():
+        for p in data["across_load"]:
+            series.append((f"{arm} L{p['load_a']}-L{p['load_b']}", p["deltas"]))
+    for p in summary.get("arm_shifts", []):
+        series.append((f"{p['arm_a']} vs {p['arm_b']}", p["deltas"]))
+    series = [(label, d) for label, d in series if d]
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 3))
+    for label, deltas in series:
+        values = sorted((abs(v) for v in deltas.values()), reverse=True)
+        ax.plot(range(1, len(values) + 1), [v if v > 0 else 1e-12 for v in values],
+                marker="o", markersize=3, label=label)
+    ax.set_yscale("log")
+    ax.set_xlabel("texts, largest |dNLL| first")
+    ax.set_ylabel("|dNLL| (nats; 1e-12 = identical)")
+    ax.legend(fontsize=7)
+    ax.set_title("How far texts moved")
+    return _svg(fig)
+
+
+def survival_map(summary: dict[str, Any]) -> str | None:
+    sweeps = {arm: c["survival"] for arm, c in (summary.get("costs") or {}).items()
+              if c["survival"]}
+    if not sweeps:
+        return None
+    columns = [(arm, lv) for arm, s in sweeps.items() for lv in s["levels"]]
+    lengths = sorted({p["length"] for s in sweeps.values() for p in s["points"]})
+    grid = []
+    for n in lengths:
+        row = []
+        for arm, lv in columns:
+            p = next((p for p in sweeps[arm]["points"] if p["length"] == n and p["level"] == lv),
+                     None)
+            row.append(OUTCOMES.index(p["outcome"] if p else "not run"))
+        grid.append(row)
+    fig, ax = plt.subplots(figsize=(1.2 * len(columns) + 2.5, 0.35 * len(lengths) + 1.4))
+    ax.imshow(grid, cmap=ListedColormap(OUTCOME_COLORS), vmin=0, vmax=len(OUTCOMES) - 1,
+              aspect="auto")
+    for i, row in enumerate(grid):
+        for j, value in enumerate(row):
+            ax.text(j, i, OUTCOMES[value], ha="center", va="center", fontsize=7,
+                    color="white" if value in (0, 3) else "black")
+    ax.set_xticks(range(len(columns)), [f"{a}\nx{lv}" for a, lv in columns])
+    ax.set_yticks(range(len(lengths)), [f"{n:,}" for n in lengths])
+    ax.set_ylabel("prompt tokens")
+    ax.set_title("Survival: prompt length x concurrency x arm")
+    return _svg(fig)
+
+
+def speed_vs_length(summary: dict[str, Any]) -> str | None:
+    speeds = {arm: c["speed"] for arm, c in (summary.get("costs") or {}).items() if c["speed"]}
+    if not speeds:
+        return None
+    metrics = [("decode_tok_s", "decode tok/s"), ("prefill_tok_s", "prefill tok/s"),
+               ("ttft_s", "TTFT (s)")]
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3))
+    for ax, (metric, label) in zip(axes, metrics, strict=True):
+        for arm, speed in speeds.items():
+            rows = [e for e in speed["per_length"] if e[metric]["mean"] is not None]
+            xs = [e["prompt_tokens"] for e in rows]
+            means = [e[metric]["mean"] for e in rows]
+            line = ax.plot(xs, means, marker="o", label=arm)[0]
+            bands = [(x, e[metric]["band95"]) for x, e in zip(xs, rows, strict=True)
+                     if e[metric]["band95"]]
+            if bands:
+                ax.fill_between([x for x, _ in bands], [b[0] for _, b in bands],
+                                [b[1] for _, b in bands], alpha=0.25, color=line.get_color())
+                if len(bands) == 1:
+                    x, b = bands[0]
+                    ax.errorbar([x], [(b[0] + b[1]) / 2], yerr=[[(b[1] - b[0]) / 2]],
+                                color=line.get_color(), capsize=4)
+        ax.set_xlabel("prompt tokens")
+        ax.set_title(label)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Speed vs prompt length (mean, 95 % bootstrap band)")
+    return _svg(fig)
+
+
+def capacity_bars(summary: dict[str, Any]) -> str | None:
+    caps = [(arm, c["capacity"]["kv_tokens"]) for arm, c in (summary.get("costs") or {}).items()]
+    if not any(kv for _, kv in caps):
+        return None
+    fig, ax = plt.subplots(figsize=(5, 2.6))
+    bars = ax.bar([a for a, _ in caps], [kv or 0 for _, kv in caps], color="#3b6ea8")
+    for bar, (_, kv) in zip(bars, caps, strict=True):
+        ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(),
+                "not reported" if kv is None else f"{kv:,}", ha="center", va="bottom",
+                fontsize=8)
+    ax.set_ylabel("KV pool tokens")
+    ax.set_title("Capacity per arm, as the engine reported it")
+    return _svg(fig)
+
+
+def drift_heatmap(summary: dict[str, Any]) -> str | None:
+    """Distinct results of identical requests: prompt length x concurrency, per arm and kind."""
+    panels = []
+    for arm, data in summary["arms"].items():
+        conc = data.get("concurrency")
+        if not conc:
+            continue
+        grid = conc["table"]
+        for kind in grid.get("kinds", ["generate"]):
+            cells = {(e["length"], e["level"]): e["distinct"] for e in grid["cells"]
+                     if e.get("kind", "generate") == kind}
+            panels.append((f"{arm}: {kind}", grid["lengths"], grid["levels"], cells))
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 0.5, 2.8),
+                             squeeze=False)
+    top = max(max(c.values(), default=1) for *_, c in panels)
+    for ax, (title, lengths, levels, cells) in zip(axes[0], panels, strict=True):
+        values = [[cells.get((n, c), 0) for c in levels] for n in lengths]
+        ax.imshow(values, cmap="Reds", vmin=0, vmax=max(top, 2), aspect="auto")
+        for i, row in enumerate(values):
+            for j, v in enumerate(row):
+                ax.text(j, i, str(v) if v else "-", ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(levels)), [f"c={c}" for c in levels])
+        ax.set_yticks(range(len(lengths)), [str(n) for n in lengths])
+        ax.set_title(title, fontsize=8)
+    fig.suptitle("Distinct results of identical requests (1 = no drift; c=1 is the control)")
+    return _svg(fig)
+
+
+PLOTS = {
+    "dnll-per-text": ("Per-text dNLL per load pair and arm", dnll_per_text),
+    "dnll-magnitude": ("How far texts moved", dnll_magnitude),
+    "drift-heatmap": ("Drift by prompt length x concurrency", drift_heatmap),
+    "survival-map": ("Survival map", survival_map),
+    "speed": ("Speed vs prompt length", speed_vs_length),
+    "capacity": ("Capacity per arm", capacity_bars),
+}
