@@ -12,7 +12,17 @@ import sys
 import click
 
 from servediff import __version__
-from servediff.cli import compare, engines, rederive, report, run, scores, scrub, verify
+from servediff.cli import (
+    compare,
+    engines,
+    export,
+    rederive,
+    report,
+    run,
+    scores,
+    scrub,
+    verify,
+)
 from servediff.cli.console import err
 from servediff.errors import ServediffError
 
@@ -24,7 +34,7 @@ def cli() -> None:
 
 
 for command in (run.demo, run.run, rederive.rederive, verify.verify, report.report,
-                scores.scores, compare.compare, engines.engines, scrub.scrub):
+                scores.scores, compare.compare, engines.engines, scrub.scrub, export.export):
     cli.add_command(command)
 
 

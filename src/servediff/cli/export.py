@@ -1,0 +1,34 @@
+"""`servediff export RUN --packet`: the run as an evidence packet (schema 1.0)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from servediff import atomic
+from servediff.bundle import verify
+from servediff.cli.console import out
+from servediff.derived import write_derived
+from servediff.errors import InputError
+from servediff.packet import build
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option("--packet", is_flag=True, required=True,
+              help="write the evidence packet (the only export format so far)")
+@click.option("--revision", help="the model's exact revision (commit sha or weights sha256), "
+              "needed when servediff did not hash the weights itself")
+@click.option("--out", "out_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="where to write it (default: next to RUN, <RUN>.packet.json)")
+def export(run_dir: Path, packet: bool, revision: str | None, out_path: Path | None) -> None:
+    """Export RUN for filing: every artifact hashed, scrubbed, validated against the schema."""
+    verify(run_dir)
+    summary = write_derived(run_dir)
+    path = out_path or run_dir.resolve().parent / f"{run_dir.resolve().name}.packet.json"
+    if run_dir.resolve() in path.resolve().parents:
+        raise InputError(f"--out {path}: inside the run directory; the packet hashes that "
+                         "directory, so write it elsewhere")
+    atomic.write_json(path, build(run_dir, summary, revision))
+    out.print(f"evidence packet: {path}")

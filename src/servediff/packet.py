@@ -1,0 +1,200 @@
+"""The evidence packet (schema "1.0"): one run as a registry-ready finding.
+
+Built from the bundle and its analysis only (never from a live engine):
+target with an exact revision, the hypothesis with the observations that
+confirm or disprove it, environment, execution, controls, a sha256 for every
+artifact, review roles, the claim and what was scrubbed. The packet is
+scrubbed like every report and validated against the schema shipped with
+servediff before it is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from servediff.bundle import DERIVED, Layout, evidence_sha256, read_evidence, read_versioned
+from servediff.errors import InputError
+from servediff.report.markdown import protocol
+from servediff.scrub import scrub_tree
+
+SCHEMA_VERSION = "1.0"
+EVIDENCE_STATUS = "contributor-measured, conditions as reported"
+# Names that move: a packet identified only by one of these cannot be re-measured.
+MUTABLE = {"main", "master", "latest", "head", "dev", "nightly", "stable", "default"}
+
+
+def schema() -> dict[str, Any]:
+    text = resources.files("servediff.schemas").joinpath("evidence-packet-1.0.json").read_text()
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def target_revision(model: str, weights: dict[str, str], given: str | None) -> tuple[str, str]:
+    """(revision, kind): the weights' sha256 when servediff hashed them, else what the user
+    gives; a mutable name alone is refused with what to pin."""
+    if given is not None:
+        if given.strip().lower() in MUTABLE:
+            raise InputError(f"--revision {given!r} is a name that moves (a branch or tag); "
+                             "pin the model: pass the commit sha of the model repository or "
+                             "the sha256 of its weights")
+        return given, "given"
+    if weights:
+        first = sorted(weights)[0]
+        return f"sha256:{weights[first]}", "weights-sha256"
+    tail = model.rsplit("@", 1)[-1].rsplit(":", 1)[-1] if ("@" in model or ":" in model) else ""
+    what = f"its mutable revision `{tail}`" if tail.lower() in MUTABLE else "its name"
+    raise InputError(f"the model `{model}` is identified only by {what}: servediff did not "
+                     "hash its weights (an external endpoint?); pin it: pass --revision with "
+                     "the commit sha of the model repository or the sha256 of its weights")
+
+
+def artifacts(root: Path) -> list[dict[str, Any]]:
+    manifest = read_versioned(Layout(root).manifest, 1)
+    out = []
+    for name, digest in sorted(manifest["files"].items()):
+        role = "derived" if name in DERIVED else "raw"
+        out.append({"path": name, "sha256": digest, "bytes": (root / name).stat().st_size,
+                    "role": role})
+    data = Layout(root).manifest.read_bytes()
+    out.append({"path": "manifest.json", "sha256": hashlib.sha256(data).hexdigest(),
+                "bytes": len(data), "role": "manifest"})
+    return out
+
+
+def controls(summary: dict[str, Any]) -> list[dict[str, str]]:
+    out = []
+    concs = [(arm, a["concurrency"]) for arm, a in summary["arms"].items() if a["concurrency"]]
+    if concs:
+        failed = [arm for arm, c in concs if not c["control_ok"]]
+        out.append({"name": "concurrency-1 control (identical requests sent one at a time "
+                    "agree)", "status": "failed" if failed else "passed",
+                    "detail": f"failed for {', '.join(failed)}" if failed else
+                    f"held for {', '.join(arm for arm, _ in concs)}"})
+    else:
+        out.append({"name": "concurrency-1 control", "status": "not run",
+                    "detail": "no concurrency probe in this run"})
+    cached = [a for a in summary["setup"]["arms"].values()
+              if a["first_request_cached_tokens"]]
+    reported = [x for a in cached for x in a["first_request_cached_tokens"] if x is not None]
+    out.append({"name": "cold start (no cached prompt tokens on the first request after a "
+                "start)", "status": "not run" if not reported else
+                "failed" if any(reported) else "passed",
+                "detail": f"{len(reported)} starts reported cached tokens" if reported else
+                "the engine does not report cached tokens"})
+    within = [p for a in summary["arms"].values() for p in a["within_load"]]
+    out.append({"name": "within-load repeat (the same texts again in the same process)",
+                "status": "not run" if not within else
+                "passed" if not any(p["moved"] for p in within) else "failed",
+                "detail": f"{len(within)} repeat comparison(s)"})
+    failed_launches = summary["failed_launches"]
+    out.append({"name": "every engine stopped cleanly and was recorded",
+                "status": "passed" if not failed_launches else "failed",
+                "detail": f"{len(failed_launches)} launch(es) failed or died"})
+    return out
+
+
+def hypothesis(summary: dict[str, Any]) -> dict[str, Any]:
+    arms = list(summary["arms"])
+    statement = (f"Teacher-forced scores of `{summary['model']}` on `{summary['engine']}` are "
+                 "reproducible across cold loads, repeats and concurrency under every arm"
+                 + (f", and no arm costs speed, capacity, survival or prefix reuse relative to "
+                    f"`{arms[0]}`" if len(arms) > 1 else "") + ".")
+    confirming: list[dict[str, Any]] = []
+    disproving: list[dict[str, Any]] = []
+    for arm, data in summary["arms"].items():
+        cells = [f"cells/{arm}-load{r['load']}-score.json" for r in data["loads"]]
+        obs = {"text": f"`{arm}`: {data['signature']}", "evidence": cells}
+        stable = data["signature"] in ("bit-identical", "stable within threshold")
+        (confirming if stable else disproving).append(obs)
+    for pair in (summary.get("verdict") or {}).get("pairs", []):
+        for c in pair["claims"]:
+            if c["kind"] == "cost":
+                disproving.append({"text": c["text"], "evidence": c["evidence"]})
+        if not pair["costs"]:
+            confirming.append({"text": pair["headline"], "evidence": []})
+    return {"statement": statement, "confirming_observations": confirming,
+            "disproving_observations": disproving}
+
+
+def build(root: Path, summary: dict[str, Any], given_revision: str | None) -> dict[str, Any]:
+    evidence = read_evidence(root)
+    plan = evidence.lock["plan"]
+    weights = {k: v for rec in evidence.loads for launch in rec.launches
+               for k, v in launch.weights_sha256.items()}
+    revision, kind = target_revision(plan["model"], weights, given_revision)
+    launches = [launch for rec in evidence.loads for launch in rec.launches]
+    starts = [launch.started_at for launch in launches]
+    ends = [launch.finished_at or launch.started_at for launch in launches]
+    observed = sum(len(c.records) + sum(len(g.responses) for g in c.groups) + len(c.speed)
+                   + len(c.sweep) + len(c.prefix) for c in evidence.cells)
+    failures = summary["failed_launches"]
+    partial = bool(summary["partial_cells"]) or any(
+        g for g in summary["gaps"] if "planned loads" in g or "not measured" in g)
+    evidence_hash = evidence_sha256(root)
+    setup = summary["setup"]
+    pairs = (summary.get("verdict") or {}).get("pairs", [])
+    claim = (" ".join(p["headline"] + "." for p in pairs) if pairs else
+             "; ".join(f"`{arm}`: {a['signature']}" for arm, a in summary["arms"].items()))
+    packet: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "packet_id": f"sdp-{evidence_hash[:16]}",
+        "experiment_id": summary["plan_sha256"][:16],
+        "created_at": _iso(max(ends) if ends else 0.0),
+        "target": {
+            "engine": plan["engine"], "engine_versions": setup["engine_versions"],
+            "model": plan["model"], "revision": revision, "revision_kind": kind,
+            "weights_sha256": weights,
+            "arms": [{"name": arm, "args": spec["args"], "env": spec["env"],
+                      "options": spec["options"]} for arm, spec in plan["arms"].items()],
+        },
+        "hypothesis": hypothesis(summary),
+        "environment": {"devices": setup["devices"], "cpu": setup["cpu"], "gpus": setup["gpus"],
+                        "python": setup["python"],
+                        "context_lengths": setup.get("context_lengths", [])},
+        "execution": {
+            "started_at": _iso(min(starts) if starts else 0.0),
+            "ended_at": _iso(max(ends) if ends else 0.0),
+            "observed_count": observed, "launches": len(launches),
+            "stop_status": "partial" if partial else "completed",
+            "failure_cause": "; ".join(f"{f['arm']} load {f['load']} attempt {f['attempt']}: "
+                                       f"{f['error'] or 'died'}" for f in failures) or None,
+            "protocol": protocol(setup),
+        },
+        "artifacts": artifacts(root),
+        "controls": controls(summary),
+        "review": {"roles": [{"role": "contributor", "status": "submitted"},
+                             {"role": "reviewer", "status": "pending"}]},
+        "claim": {"text": claim, "evidence_status": EVIDENCE_STATUS,
+                  "rederive_command": "servediff verify RUN && servediff rederive RUN",
+                  "evidence_sha256": evidence_hash},
+    }
+    scrubbed, counts = scrub_tree(packet)
+    clean: dict[str, Any] = scrubbed
+    kinds = dict(counts)
+    clean["sanitization"] = {
+        "scrubbed": True, "scrubbed_kinds": kinds,
+        "hosts_redacted": any(k in kinds for k in ("hostname", "ipv4 address", "ipv6 address",
+                                                   "user@host")),
+        "paths_redacted": "path" in kinds,
+        "secrets_redacted": any(k not in ("hostname", "ipv4 address", "ipv6 address", "path",
+                                          "user@host", "username", "e-mail address")
+                                for k in kinds),
+        "raw_logs_included": False,
+    }
+    try:
+        jsonschema.validate(clean, schema())
+    except jsonschema.ValidationError as exc:  # a bug in servediff, not bad input
+        raise AssertionError(f"evidence packet does not match its schema: {exc.message} "
+                             f"at {'/'.join(str(p) for p in exc.absolute_path)}") from None
+    return clean
