@@ -40,3 +40,9 @@ def write(tmp_path: Path):
         return path
 
     return _write
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's Chromium, installed once (needs root and Debian's package registry)."""
+    return _script("setup-chromium.sh")

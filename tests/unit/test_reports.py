@@ -1,0 +1,111 @@
+"""report.html, the evidence packet and `servediff report --format`, on fixture bundles."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from servediff.analysis.summary import summarize
+from servediff.bundle import read_evidence, write_manifest
+from servediff.cli import main
+from servediff.derived import write_derived
+from servediff.errors import InputError
+from servediff.packet import build, schema, target_revision
+from tests.fixtures.bundles import Launch, Layout, Stop, write_load
+from tests.unit.test_verdict import north_star
+
+PLOTS = {"dnll-per-text", "dnll-magnitude", "drift-heatmap", "survival-map", "speed",
+         "capacity"}
+
+
+def test_html_is_self_contained_with_every_plot(tmp_path: Path):
+    root = north_star(tmp_path / "run")
+    write_derived(root)
+    page = (root / "report.html").read_text()
+    drawn = set(re.findall(r'data-plot="([\w-]+)" data-drawn="yes"', page))
+    # the north star has no concurrency probe: that plot says so instead of drawing
+    assert drawn == PLOTS - {"drift-heatmap"}
+    assert 'data-plot="drift-heatmap" data-drawn="no"' in page
+    assert page.count("<svg") == len(drawn)
+    # nothing is loaded from anywhere
+    assert not re.search(r"<script|<link|src=\"http|url\(http", page)
+    assert "default-src 'none'" in page
+    assert "What broke" in page and "93,574" in page
+
+
+def test_untrusted_text_is_escaped(tmp_path: Path):
+    root = north_star(tmp_path / "run")
+    layout = Layout(root)
+    evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    write_load(layout, "pinned", 9, "drift", Launch(
+        attempt=1, command=["engine"], env_diff={}, options={}, host="127.0.0.1", port=1,
+        pid=1, started_at=0.0, error=evil,
+        stop=Stop(died_before_stop=True, returncode=-6, signal="SIGABRT", needed_kill=False,
+                  stop_seconds=0.1, port_closed=True, group_gone=True, log_tail=evil)))
+    write_manifest(root)
+    write_derived(root)
+    page = (root / "report.html").read_text()
+    assert "<script>" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)" in page and "&lt;img src=x" in page
+
+
+def test_packet_validates_and_hashes_match(tmp_path: Path):
+    root = north_star(tmp_path / "run")
+    summary = write_derived(root)
+    with pytest.raises(InputError, match="identified only by its name"):
+        build(root, summary, None)  # the fixture's loads hashed no weights
+    packet = build(root, summary, "93efa2f097d58c2a74874c7e644dbc9b0cee75a2")
+    jsonschema.validate(packet, schema())
+    assert packet["schema_version"] == "1.0"
+    assert packet["claim"]["evidence_status"] == "contributor-measured, conditions as reported"
+    assert packet["target"]["revision_kind"] == "given"
+    for artifact in packet["artifacts"]:
+        data = (root / artifact["path"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == artifact["sha256"], artifact["path"]
+        assert len(data) == artifact["bytes"]
+    assert any("died" in o["text"] for o in packet["hypothesis"]["disproving_observations"])
+    assert packet["execution"]["observed_count"] > 0
+    # a packet that is not what the schema says is caught by the schema
+    broken = {**packet, "schema_version": "2"}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema())
+
+
+@pytest.mark.parametrize("revision", ["main", "latest", "HEAD", "nightly"])
+def test_mutable_revisions_are_refused(revision: str):
+    with pytest.raises(InputError, match="pin the model"):
+        target_revision("Org/Model", {}, revision)
+
+
+def test_model_named_with_a_mutable_revision_says_what_to_pin():
+    with pytest.raises(InputError, match="mutable revision `latest`.*pass --revision"):
+        target_revision("Org/Model:latest", {}, None)
+    assert target_revision("smollm2", {"model.safetensors": "ab" * 32}, None) == (
+        f"sha256:{'ab' * 32}", "weights-sha256")
+
+
+def cli(*args: str) -> int | str | None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    return exit_info.value.code
+
+
+def test_export_and_report_formats_from_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture):
+    root = north_star(tmp_path / "run")
+    write_derived(root)
+    assert cli("export", str(root), "--packet") == 2
+    assert "pin it: pass --revision" in capsys.readouterr().err
+    assert cli("export", str(root), "--packet", "--revision", "0123456789abcdef") == 0
+    packet = json.loads((tmp_path / "run.packet.json").read_text())
+    jsonschema.validate(packet, schema())
+    assert cli("verify", str(root)) == 0  # exporting changed nothing the manifest covers
+    capsys.readouterr()
+    assert cli("report", str(root), "--format", "json", "--stdout") == 0
+    printed = capsys.readouterr().out
+    assert json.loads(printed[: printed.rindex("}") + 1])["verdict"]["pairs"]
+    assert json.loads((root / "summary.json").read_text()) == summarize(read_evidence(root))
