@@ -187,3 +187,16 @@ def test_http_error_is_an_engine_error():
     bad = client(lambda req: httpx.Response(500, text="boom"))
     with pytest.raises(EngineRequestError, match="HTTP 500: boom"):
         VllmAdapter().tokenize(bad, "x", VllmAdapter.options_model())
+
+
+def test_transformers_gpu_arms_become_server_flags():
+    from servediff.engines.transformers import TransformersAdapter, TransformersOptions
+
+    adapter = TransformersAdapter()
+    plain = adapter.option_args(TransformersOptions())
+    assert "--compile" not in plain and "--tf32" not in plain
+    args = adapter.option_args(TransformersOptions(compile="max-autotune", tf32=True,
+                                                   max_model_len=4096, dtype="bfloat16"))
+    assert args[args.index("--compile") + 1] == "max-autotune"
+    assert "--tf32" in args and args[args.index("--max-model-len") + 1] == "4096"
+    assert args[args.index("--dtype") + 1] == "bfloat16"

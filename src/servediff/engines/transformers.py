@@ -29,6 +29,10 @@ class TransformersOptions(EngineOptions):
     threads: int = Field(default=0, ge=0)
     # A context shorter than the model's own (as vLLM's --max-model-len).
     max_model_len: int | None = Field(default=None, ge=2)
+    # torch.compile of the forward pass ("max-autotune": kernels chosen per load by timing)
+    compile: Literal["none", "default", "reduce-overhead", "max-autotune"] = "none"
+    # TF32 matmuls on CUDA (Ampere and newer)
+    tf32: bool = False
 
 
 class TransformersAdapter(EngineAdapter):
@@ -46,7 +50,9 @@ class TransformersAdapter(EngineAdapter):
                 "--attn-implementation", options.attn_implementation,
                 "--threads", str(options.threads),
                 *(["--max-model-len", str(options.max_model_len)]
-                  if options.max_model_len else [])]
+                  if options.max_model_len else []),
+                *(["--compile", options.compile] if options.compile != "none" else []),
+                *(["--tf32"] if options.tf32 else [])]
 
     def info(self, client: EngineClient) -> EngineInfo:
         raw: dict[str, Any] = client.get_json("/version")
