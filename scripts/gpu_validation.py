@@ -126,7 +126,18 @@ def transformers_plans(device: str, small: bool) -> list[tuple[str, str]]:
         + "[probes.speed]\nprompt_tokens = [512]\nreplicates = 3\n"
         + "[probes.sweep]\nenabled = false\n[probes.prefix]\nenabled = false\n"
     )
-    return [("h200-transformers-numerics", numerics), ("h200-transformers-compile", compiled)]
+    cost = (
+        f'name = "h200-transformers-cost"\nmodel = "{big}"\nloads_per_arm = 1\n'
+        "cost_loads_per_arm = 2\n" + common.replace("max_texts = 16", "max_texts = 4")
+        + '[arms.fp32]\noptions = { dtype = "float32" }\n'
+        + '[arms.bf16]\noptions = { dtype = "bfloat16" }\n'
+        + "[probes.repeat]\ncount = 0\n[probes.concurrency]\nenabled = false\n"
+        + "[probes.generate]\nenabled = false\n"
+        + "[probes.speed]\nprompt_tokens = [512, 4096]\nreplicates = 3\n"
+        + "[probes.sweep]\nstart = 1024\nlevels = [1, 4]\n"
+    )
+    return [("h200-transformers-numerics", numerics), ("h200-transformers-cost", cost),
+            ("h200-transformers-compile", compiled)]
 
 
 def build_llama(deadline: float) -> Path:
@@ -155,12 +166,12 @@ def build_llama(deadline: float) -> Path:
 
 def llama_plans(deadline: float) -> list[tuple[str, str]]:
     model = make_model("1.7b")
+    binary = build_llama(deadline)
     src = next((WORK / "llama-src").rglob("convert_hf_to_gguf.py"))
     gguf = WORK / "smollm2-1.7b-random-seed0-f16.gguf"
     if not gguf.exists():
         subprocess.run([sys.executable, str(src), str(model), "--outtype", "f16", "--outfile",
                         str(gguf)], check=True, stdout=subprocess.DEVNULL)
-    binary = build_llama(deadline)
     command = [str(binary), "-m", "{model}", "--host", "{host}", "--port", "{port}",
                "-np", "4", "-c", "32768", "-ngl", "99"]
     plan = (
@@ -186,6 +197,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=540.0)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--small", action="store_true", help="the 135M shape only (dry runs)")
+    parser.add_argument("--plans", nargs="*", help="only these plans, each with its budget "
+                        "in seconds: NAME=S")
     args = parser.parse_args()
     deadline = time.monotonic() + args.budget
     args.out.mkdir(parents=True, exist_ok=True)
@@ -193,8 +206,12 @@ def main() -> None:
     plans = (transformers_plans(args.device, args.small) if args.part == "transformers"
              else llama_plans(deadline))
     print(f"models ready after {time.monotonic() - t0:.0f} s", flush=True)
+    budgets = dict(p.split("=") for p in args.plans or [])
     for name, text in plans:
-        run_plan(name, text, deadline, args.out)
+        if budgets and name not in budgets:
+            continue
+        end = min(deadline, time.monotonic() + float(budgets[name])) if budgets else deadline
+        run_plan(name, text, end, args.out)
 
 
 if __name__ == "__main__":

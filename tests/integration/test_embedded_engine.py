@@ -149,7 +149,11 @@ def test_rederive_scores_and_verify(run_dir: Path):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
 def test_interrupted_run_resumes_without_redoing_cells(tmp_path: Path, sig: signal.Signals):
-    one_arm = PLAN.replace("[arms.bs4]\noptions = { batch_size = 4 }\n", "")
+    # Long enough (3 loads, 3 passes each) that the signal lands mid-run even when the
+    # machine is so busy that this test is not scheduled for many seconds.
+    one_arm = PLAN.replace("[arms.bs4]\noptions = { batch_size = 4 }\n", "").replace(
+        "loads_per_arm = 2", "loads_per_arm = 3").replace(
+        "[probes.repeat]\ncount = 1\n", "[probes.repeat]\ncount = 2\n")
     (tmp_path / "plan.toml").write_text(one_arm)
     cmd = [sys.executable, "-m", "servediff", "run", "plan.toml", "--out", "run"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -159,6 +163,7 @@ def test_interrupted_run_resumes_without_redoing_cells(tmp_path: Path, sig: sign
     while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     assert first.exists(), proc.stderr.read() if proc.stderr else ""
+    assert proc.poll() is None, "the run finished before it could be interrupted"
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -170,16 +175,16 @@ def test_interrupted_run_resumes_without_redoing_cells(tmp_path: Path, sig: sign
     assert done.returncode == 0, done.stderr
     assert first.read_bytes() == kept
     names = sorted(p.stem for p in (tmp_path / "run" / "cells").glob("*.json"))
-    assert names == ["bs1-load1-repeat-r1", "bs1-load1-score", "bs1-load2-repeat-r1",
-                     "bs1-load2-score"]
+    assert names == sorted(f"bs1-load{n}-{c}" for n in (1, 2, 3)
+                           for c in ("score", "repeat-r1", "repeat-r2"))
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["arms"]["bs1"]["signature"] != "not measured"
     # Resumed under a changed plan: refused with the difference, nothing run.
-    (tmp_path / "plan.toml").write_text(one_arm.replace("loads_per_arm = 2", "loads_per_arm = 3"))
+    (tmp_path / "plan.toml").write_text(one_arm.replace("loads_per_arm = 3", "loads_per_arm = 4"))
     refused = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
     assert refused.returncode == 2
     assert "locked under another plan" in refused.stderr
-    assert '"loads_per_arm": 3' in refused.stderr
+    assert '"loads_per_arm": 4' in refused.stderr
 
 
 def test_engine_killed_mid_load_is_recorded_and_the_run_goes_on(tmp_path: Path):
