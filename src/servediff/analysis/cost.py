@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from servediff.analysis.stats import stable
 from servediff.bundle import Evidence
 from servediff.evidence import Cell, SweepPoint, cell_name
 
@@ -33,7 +34,7 @@ def _band(values: Sequence[float]) -> list[float] | None:
     res = sps.bootstrap((np.asarray(values),), np.mean, n_resamples=RESAMPLES,
                         confidence_level=0.95, method="percentile",
                         rng=np.random.default_rng(SEED))
-    return [float(res.confidence_interval.low), float(res.confidence_interval.high)]
+    return [stable(res.confidence_interval.low), stable(res.confidence_interval.high)]
 
 
 def _diff_band(a: Sequence[float], b: Sequence[float]) -> list[float] | None:
@@ -46,7 +47,7 @@ def _diff_band(a: Sequence[float], b: Sequence[float]) -> list[float] | None:
                         lambda x, y, axis=-1: np.mean(y, axis=axis) - np.mean(x, axis=axis),
                         n_resamples=RESAMPLES, confidence_level=0.95, method="percentile",
                         paired=False, vectorized=True, rng=np.random.default_rng(SEED))
-    return [float(res.confidence_interval.low), float(res.confidence_interval.high)]
+    return [stable(res.confidence_interval.low), stable(res.confidence_interval.high)]
 
 
 def _monotone(values: Sequence[float]) -> bool:

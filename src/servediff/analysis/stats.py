@@ -9,6 +9,12 @@ arithmetic; it is imported on first use, so the CLI starts without it.
 from __future__ import annotations
 
 
+def stable(x: float) -> float:
+    """A derived interval bound to 10 significant digits: scipy builds on different
+    machines disagree in the last bits, and `rederive` elsewhere must print the same."""
+    return float(f"{x:.10g}")
+
+
 def exact_ci(k: int, n: int, level: float = 0.95) -> list[float] | None:
     """Clopper-Pearson interval for the rate behind k successes in n trials."""
     if n == 0:
@@ -16,7 +22,7 @@ def exact_ci(k: int, n: int, level: float = 0.95) -> list[float] | None:
     from scipy.stats import binomtest
 
     ci = binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
-    return [float(ci.low), float(ci.high)]
+    return [stable(ci.low), stable(ci.high)]
 
 
 def detectable_rate(n: int, power: float = 0.95) -> float | None:
@@ -24,7 +30,7 @@ def detectable_rate(n: int, power: float = 0.95) -> float | None:
     probability `power`: below it, "0 moved" is weak evidence of no drift."""
     if n == 0:
         return None
-    return float(1.0 - (1.0 - power) ** (1.0 / n))
+    return stable(1.0 - (1.0 - power) ** (1.0 / n))
 
 
 def mcnemar(a_only: int, b_only: int) -> float | None:
@@ -33,4 +39,4 @@ def mcnemar(a_only: int, b_only: int) -> float | None:
         return None
     from scipy.stats import binomtest
 
-    return float(binomtest(min(a_only, b_only), a_only + b_only, 0.5).pvalue)
+    return stable(binomtest(min(a_only, b_only), a_only + b_only, 0.5).pvalue)
