@@ -45,12 +45,25 @@ def speed_lines(arm: str, speed: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def survival_lines(costs: dict[str, Any]) -> list[str]:
+def survival_grid(costs: dict[str, Any]) -> tuple[
+        dict[str, Any], list[tuple[str, int]], list[int],
+        dict[tuple[str, int, int], dict[str, Any]]] | None:
+    """Every arm's sweep as one grid: sweeps per arm, (arm, level) columns, lengths, and
+    the point at (arm, level, length); None when no arm has a sweep."""
     sweeps = {arm: c["survival"] for arm, c in costs.items() if c["survival"]}
     if not sweeps:
-        return []
-    lengths = sorted({p["length"] for s in sweeps.values() for p in s["points"]})
+        return None
     columns = [(arm, lv) for arm, s in sweeps.items() for lv in s["levels"]]
+    lengths = sorted({p["length"] for s in sweeps.values() for p in s["points"]})
+    at = {(arm, p["level"], p["length"]): p for arm, s in sweeps.items() for p in s["points"]}
+    return sweeps, columns, lengths, at
+
+
+def survival_lines(costs: dict[str, Any]) -> list[str]:
+    grid = survival_grid(costs)
+    if grid is None:
+        return []
+    sweeps, columns, lengths, at = grid
     lines = ["Survival map (prompt length x concurrency x arm; DEATH = the server process "
              "exited, HANG = no answer while alive; past the context an error is the "
              "expected refusal):", "",
@@ -59,8 +72,7 @@ def survival_lines(costs: dict[str, Any]) -> list[str]:
     for n in lengths:
         row = []
         for arm, lv in columns:
-            p = next((p for p in sweeps[arm]["points"]
-                      if p["length"] == n and p["level"] == lv), None)
+            p = at.get((arm, lv, n))
             if p is None:
                 row.append("-")
             else:

@@ -17,6 +17,8 @@ import matplotlib.pyplot as plt
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
+from servediff.report.costs import survival_grid
+
 plt.rcParams.update({"svg.hashsalt": "servediff", "font.size": 9,
                      "axes.spines.top": False, "axes.spines.right": False})
 
@@ -32,17 +34,23 @@ def _svg(fig: Figure) -> str:
     return text[text.index("<svg"):]
 
 
-def dnll_per_text(summary: dict[str, Any]) -> str | None:
-    """Per-text dNLL for every load pair of every arm, and between arms."""
+def comparisons(summary: dict[str, Any], repeats: bool) -> list[tuple[str, dict[str, float]]]:
+    """(label, per-text deltas) of every load pair (and repeat) of every arm, and between
+    arms; comparisons with no text left out."""
     series = []
     for arm, data in summary["arms"].items():
         for p in data["across_load"]:
             series.append((f"{arm}: load {p['load_a']} vs {p['load_b']}", p["deltas"]))
-        for p in data["within_load"]:
+        for p in data["within_load"] if repeats else []:
             series.append((f"{arm}: load {p['load']} repeat {p['repeat']}", p["deltas"]))
     for p in summary.get("arm_shifts", []):
         series.append((f"{p['arm_a']} vs {p['arm_b']}", p["deltas"]))
-    series = [(label, d) for label, d in series if d]
+    return [(label, d) for label, d in series if d]
+
+
+def dnll_per_text(summary: dict[str, Any]) -> str | None:
+    """Per-text dNLL for every load pair of every arm, and between arms."""
+    series = comparisons(summary, repeats=True)
     if not series:
         return None
     tags = sorted({t for _, d in series for t in d})
@@ -62,13 +70,7 @@ def dnll_per_text(summary: dict[str, Any]) -> str | None:
 
 def dnll_magnitude(summary: dict[str, Any]) -> str | None:
     """|dNLL| per text on a log scale, one line per comparison."""
-    series = []
-    for arm, data in summary["arms"].items():
-        for p in data["across_load"]:
-            series.append((f"{arm} L{p['load_a']}-L{p['load_b']}", p["deltas"]))
-    for p in summary.get("arm_shifts", []):
-        series.append((f"{p['arm_a']} vs {p['arm_b']}", p["deltas"]))
-    series = [(label, d) for label, d in series if d]
+    series = comparisons(summary, repeats=False)
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(9, 3))
@@ -85,18 +87,15 @@ def dnll_magnitude(summary: dict[str, Any]) -> str | None:
 
 
 def survival_map(summary: dict[str, Any]) -> str | None:
-    sweeps = {arm: c["survival"] for arm, c in (summary.get("costs") or {}).items()
-              if c["survival"]}
-    if not sweeps:
+    found = survival_grid(summary.get("costs") or {})
+    if found is None:
         return None
-    columns = [(arm, lv) for arm, s in sweeps.items() for lv in s["levels"]]
-    lengths = sorted({p["length"] for s in sweeps.values() for p in s["points"]})
+    _, columns, lengths, at = found
     grid = []
     for n in lengths:
         row = []
         for arm, lv in columns:
-            p = next((p for p in sweeps[arm]["points"] if p["length"] == n and p["level"] == lv),
-                     None)
+            p = at.get((arm, lv, n))
             row.append(OUTCOMES.index(p["outcome"] if p else "not run"))
         grid.append(row)
     fig, ax = plt.subplots(figsize=(1.2 * len(columns) + 2.5, 0.35 * len(lengths) + 1.4))

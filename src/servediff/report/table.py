@@ -92,23 +92,21 @@ def concurrency_tables(summary: dict[str, Any]) -> list[Table]:
 
 
 def survival_table(summary: dict[str, Any]) -> Table | None:
-    from servediff.report.costs import OUTCOME_MARK
+    from servediff.report.costs import OUTCOME_MARK, survival_grid
 
-    sweeps = {arm: c["survival"] for arm, c in (summary.get("costs") or {}).items()
-              if c["survival"]}
-    if not sweeps:
+    grid = survival_grid(summary.get("costs") or {})
+    if grid is None:
         return None
-    columns = [(arm, lv) for arm, s in sweeps.items() for lv in s["levels"]]
+    _, columns, lengths, at = grid
     table = Table(title="Survival per prompt length (DEATH: process exited; HANG: no answer "
                   "while alive; error past the context is the expected refusal)")
     table.add_column("tokens")
     for arm, level in columns:
         table.add_column(f"{arm} x{level}")
-    for n in sorted({p["length"] for s in sweeps.values() for p in s["points"]}):
+    for n in lengths:
         row = []
         for arm, level in columns:
-            p = next((p for p in sweeps[arm]["points"]
-                      if p["length"] == n and p["level"] == level), None)
+            p = at.get((arm, level, n))
             row.append("-" if p is None else OUTCOME_MARK[p["outcome"]])
         table.add_row(f"{n:,}", *row)
     return table
