@@ -40,6 +40,9 @@ def execute(plan_source: Path | None, out_dir: Path | None) -> None:
     err.print(f"run directory: {root}  (run the same command with --out {root} to resume)")
     t0 = time.monotonic()
     signal.signal(signal.SIGTERM, _interrupt)
+    # Explicitly, too: a shell that starts a command in the background hands it SIGINT
+    # ignored, and Python then leaves it ignored; an interrupt must still stop and record.
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         with RichObserver() as observer:
             Runner(plan, corpus, root, base, observer).run()
