@@ -69,5 +69,5 @@ def run(plan: Path, out_dir: Path | None) -> None:
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               help="run directory (default runs/demo-<time>); an existing one resumes")
 def demo(out_dir: Path | None) -> None:
-    """Reload-drift audit of SmolLM2-135M on this machine with the embedded engine."""
+    """Drift and flag-cost audit of SmolLM2-135M on this machine (embedded engine)."""
     execute(None, out_dir)
