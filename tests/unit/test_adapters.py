@@ -200,3 +200,22 @@ def test_transformers_gpu_arms_become_server_flags():
     assert args[args.index("--compile") + 1] == "max-autotune"
     assert "--tf32" in args and args[args.index("--max-model-len") + 1] == "4096"
     assert args[args.index("--dtype") + 1] == "bfloat16"
+
+
+@pytest.mark.parametrize(("engine", "field"), [("vllm", "prefix_cache"),
+                                               ("sglang", "prefix_cache"),
+                                               ("llamacpp", "cache_prompt")])
+def test_cost_loads_leave_the_cache_to_the_engine_unless_the_arm_chose(engine: str, field: str):
+    from servediff.engines import registry
+
+    adapter = registry.create(engine)
+    drift = adapter.options_model()
+    assert adapter.prefix_cache(drift) is False and "off" in adapter.cache_isolation(drift)
+    cost = adapter.as_configured(drift)
+    assert adapter.prefix_cache(cost) is None and "cost load" in adapter.cache_isolation(cost)
+    chosen = adapter.options_model.model_validate({field: True})
+    assert adapter.as_configured(chosen) is chosen
+    assert adapter.prefix_cache(chosen) is True and "ON" in adapter.cache_isolation(chosen)
+    transformers = registry.create("transformers")
+    assert transformers.cache_isolation(transformers.options_model()) == \
+        "no prefix cache in this engine"

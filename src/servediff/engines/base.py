@@ -94,6 +94,11 @@ class EngineAdapter(ABC):
     default_command: ClassVar[list[str]] = []
     # Said wherever the engine is listed, e.g. that it never ran against the real thing.
     caveat: ClassVar[str | None] = None
+    # The option that switches the engine's prefix cache (True on, False off: the drift
+    # default, None: as the engine and the arm's args leave it), and what each state is
+    # called in the load record. None: the engine has no prefix cache.
+    cache_option: ClassVar[str | None] = None
+    cache_states: ClassVar[dict[bool | None, str]] = {}
     # Why scoring requests are left out of the concurrency probe, when one score costs
     # far more than one request (llama-server's one request per position).
     concurrent_scoring_gap: ClassVar[str | None] = None
@@ -130,24 +135,25 @@ class EngineAdapter(ABC):
 
     def cache_isolation(self, options: EngineOptions) -> str:
         """How this arm's prefix cache is handled, said in the load record."""
-        return "no prefix cache in this engine"
+        if self.cache_option is None:
+            return "no prefix cache in this engine"
+        return self.cache_states[self.prefix_cache(options)]
 
     def as_configured(self, options: EngineOptions) -> EngineOptions:
         """The options of a cost load: the engine as the arm's own flags configure it,
         without the cache isolation servediff adds for drift work unless the arm
-        asked for a cache setting itself."""
-        return options
-
-    @staticmethod
-    def _unset_unless_chosen(options: EngineOptions, field: str) -> EngineOptions:
-        """`field` set to None (the engine's own behaviour) unless the plan chose it."""
-        if field in options.model_fields_set:
+        asked for a cache setting itself (None: the engine's own behaviour)."""
+        field = self.cache_option
+        if field is None or field in options.model_fields_set:
             return options
         return options.model_copy(update={field: None})
 
     def prefix_cache(self, options: EngineOptions) -> bool | None:
-        """Whether this arm serves with a prefix cache on (None: cannot be known)."""
-        return False
+        """Whether this arm serves with a prefix cache on (None: as the engine defaults)."""
+        if self.cache_option is None:
+            return False
+        state: bool | None = getattr(options, self.cache_option)
+        return state
 
     def capacity_from_log(self, log_text: str) -> dict[str, Any]:
         """Capacity the engine only prints at start-up (vLLM's KV cache line)."""

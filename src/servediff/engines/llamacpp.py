@@ -96,23 +96,15 @@ class LlamaCppAdapter(EngineAdapter):
         "position (n^2/2 prompt tokens), so scoring requests are not sent concurrently; the "
         "greedy generation requests measure its batched forward pass"
     )
+    cache_option = "cache_prompt"
+    cache_states: ClassVar[dict[bool | None, str]] = {
+        None: "cache_prompt left to the server's default (cost load; on by default)",
+        True: "prompt cache ON: cache_prompt true (a cache arm)",
+        False: "prompt cache off: cache_prompt false on every request",
+    }
     default_command: ClassVar[list[str]] = [
         "llama-server", "-m", "{model}", "--host", "{host}", "--port", "{port}",
     ]
-
-    def cache_isolation(self, options: EngineOptions) -> str:
-        assert isinstance(options, LlamaCppOptions)
-        if options.cache_prompt is None:
-            return "cache_prompt left to the server's default (cost load; on by default)"
-        return ("prompt cache ON: cache_prompt true (a cache arm)" if options.cache_prompt else
-                "prompt cache off: cache_prompt false on every request")
-
-    def as_configured(self, options: EngineOptions) -> EngineOptions:
-        return self._unset_unless_chosen(options, "cache_prompt")
-
-    def prefix_cache(self, options: EngineOptions) -> bool | None:
-        assert isinstance(options, LlamaCppOptions)
-        return options.cache_prompt
 
     def info(self, client: EngineClient) -> EngineInfo:
         props: dict[str, Any] = client.get_json("/props")

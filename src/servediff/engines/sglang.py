@@ -92,26 +92,18 @@ class SglangAdapter(EngineAdapter):
         "--host", "{host}", "--port", "{port}",
     ]
     options_model = SglangOptions
+    cache_option = "prefix_cache"
+    cache_states: ClassVar[dict[bool | None, str]] = {
+        None: "radix cache as the arm's args leave it (cost load; SGLang's default is on)",
+        True: "radix cache ON (a cache arm)",
+        False: "radix cache off: --disable-radix-cache",
+    }
     caveat = ("never run against a real SGLang (not installable here); tested against "
               "documented response shapes only")
 
     def option_args(self, options: EngineOptions) -> list[str]:
         assert isinstance(options, SglangOptions)
         return ["--disable-radix-cache"] if options.prefix_cache is False else []
-
-    def cache_isolation(self, options: EngineOptions) -> str:
-        assert isinstance(options, SglangOptions)
-        if options.prefix_cache is None:
-            return "radix cache as the arm's args leave it (cost load; SGLang's default is on)"
-        return ("radix cache ON (a cache arm)" if options.prefix_cache else
-                "radix cache off: --disable-radix-cache")
-
-    def as_configured(self, options: EngineOptions) -> EngineOptions:
-        return self._unset_unless_chosen(options, "prefix_cache")
-
-    def prefix_cache(self, options: EngineOptions) -> bool | None:
-        assert isinstance(options, SglangOptions)
-        return options.prefix_cache
 
     def info(self, client: EngineClient) -> EngineInfo:
         raw: dict[str, Any] = client.get_json("/get_server_info")

@@ -64,6 +64,12 @@ class VllmAdapter(EngineAdapter):
         {"score", "generate", "capacity", "version", "metrics", "reload"}
     )
     options_model = VllmOptions
+    cache_option = "prefix_cache"
+    cache_states: ClassVar[dict[bool | None, str]] = {
+        None: "prefix cache as the arm's args leave it (cost load; vLLM's default is on)",
+        True: "prefix cache ON (a cache arm)",
+        False: "prefix cache off: --no-enable-prefix-caching",
+    }
     default_command: ClassVar[list[str]] = [
         "vllm", "serve", "{model}", "--host", "{host}", "--port", "{port}",
     ]
@@ -77,20 +83,6 @@ class VllmAdapter(EngineAdapter):
                  None: []}[options.prefix_cache]
         # Prompt token details make the server report cached tokens per request.
         return [*cache, "--enable-prompt-tokens-details"]
-
-    def cache_isolation(self, options: EngineOptions) -> str:
-        assert isinstance(options, VllmOptions)
-        if options.prefix_cache is None:
-            return "prefix cache as the arm's args leave it (cost load; vLLM's default is on)"
-        return ("prefix cache ON (a cache arm)" if options.prefix_cache else
-                "prefix cache off: --no-enable-prefix-caching")
-
-    def as_configured(self, options: EngineOptions) -> EngineOptions:
-        return self._unset_unless_chosen(options, "prefix_cache")
-
-    def prefix_cache(self, options: EngineOptions) -> bool | None:
-        assert isinstance(options, VllmOptions)
-        return options.prefix_cache
 
     def info(self, client: EngineClient) -> EngineInfo:
         version = client.get_json("/version")
