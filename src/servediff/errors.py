@@ -71,10 +71,12 @@ class EngineStartError(EngineError):
 
 class EngineRequestError(EngineError):
     """`status`: the HTTP status of an error response (None: no response came back);
-    `timed_out`: the request ran past its timeout."""
+    `timed_out`: no answer came in time; `stalled`: and the engine did no work while
+    it was waited on (a hang, as opposed to an engine still busy at the bound)."""
 
     def __init__(self, message: str, status: int | None = None,
-                 timed_out: bool = False) -> None:
+                 timed_out: bool = False, stalled: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.timed_out = timed_out
+        self.stalled = stalled

@@ -106,7 +106,10 @@ class SpeedSample(Model):
     error: str | None = None
 
 
-Outcome = Literal["ok", "error", "hang", "death"]
+# ok / slow (answered after the request timeout while the engine worked) / error
+# response / hang (no answer, no work) / timeout (no answer by the bound, engine busy) /
+# death (process exited)
+Outcome = Literal["ok", "slow", "error", "hang", "timeout", "death"]
 
 
 class SweepPoint(Model):
@@ -120,6 +123,8 @@ class SweepPoint(Model):
     # every achieved count within the plan's tolerance of `length`
     achieved_ok: bool | None = None
     seconds: float = 0.0
+    # how long each request took (None in bundles written before this was recorded)
+    request_seconds: list[float] | None = None
     http_status: int | None = None
     error: str | None = None
     # death: how the process ended and what it printed last

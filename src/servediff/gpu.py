@@ -43,3 +43,18 @@ def memory_by_pid(pids: set[int]) -> dict[int, int] | None:
                     used = proc.usedGpuMemory or 0
                     held[proc.pid] = held.get(proc.pid, 0) + int(used) // 2**20
         return held
+
+
+def busy(pids: set[int]) -> bool | None:
+    """Whether a GPU on which one of `pids` holds memory is computing now (utilisation
+    above 0 in NVML's last sample); None without NVML, False when none of them is on a
+    GPU."""
+    with _nvml() as nvml:
+        if nvml is None:
+            return None
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            holders = {p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+            if holders & pids and nvml.nvmlDeviceGetUtilizationRates(handle).gpu > 0:
+                return True
+        return False

@@ -138,8 +138,12 @@ class SweepProbe(Strict):
     lengths: list[Annotated[int, Field(ge=2)]] = Field(default_factory=list)
     start: Annotated[int, Field(ge=2)] = 512
     levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 4])
-    # A request past this is a hang when the health check still answers.
-    request_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    # Past this, a request's engine is watched: no work for a stall window is a hang,
+    # an answer later than this is "slow" (it survived).
+    request_timeout_s: Annotated[float, Field(gt=0)] = 120.0
+    # A busy engine that has not answered by then is given up on ("timeout").
+    # None: 10 x request_timeout_s.
+    give_up_s: Annotated[float, Field(gt=0)] | None = None
     # Achieved prompt tokens must be within this fraction of the nominal count.
     tolerance: Annotated[float, Field(ge=0, le=0.5)] = 0.02
 
@@ -178,7 +182,10 @@ class ScoringSpec(Strict):
     # (the tokenizer's BOS, so all text tokens are scored); "none" scores tokens
     # 2..N; an integer names the id. It changes every logprob, not only the first.
     prefix: Literal["bos", "none"] | Annotated[int, Field(ge=0)] = "bos"
+    # Past this, the engine is watched (see launch.stall_window_s); a busy engine is
+    # waited on up to give_up_s (None: 10 x request_timeout_s).
     request_timeout_s: Annotated[float, Field(gt=0)] = 300.0
+    give_up_s: Annotated[float, Field(gt=0)] | None = None
 
 
 class ThresholdSpec(Strict):
@@ -195,6 +202,9 @@ class LaunchSpec(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     start_timeout_s: Annotated[float, Field(gt=0)] = 600.0
     stop_grace_s: Annotated[float, Field(gt=0)] = 15.0
+    # A request past its timeout is hung when the engine's processes did no work
+    # (CPU, GPU) for this long; while they work it is only slow.
+    stall_window_s: Annotated[float, Field(gt=0)] = 10.0
     # Launches per load and run: after a crash or a failed start the arm is
     # started again for the cells still missing.
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 2

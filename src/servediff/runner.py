@@ -24,9 +24,10 @@ from servediff.bundle import Layout, read_versioned, write_manifest
 from servediff.conditions import read_conditions
 from servediff.corpus import Corpus
 from servediff.engines import registry
+from servediff.engines.activity import EngineActivity
 from servediff.engines.base import EngineAdapter, EngineOptions, Scored
 from servediff.engines.process import EngineProcess, free_port, tail
-from servediff.engines.transport import EngineClient
+from servediff.engines.transport import EngineClient, Watch
 from servediff.errors import EngineError, EngineStartError, OutputDirError
 from servediff.evidence import (
     SCHEMA_VERSION,
@@ -232,7 +233,8 @@ class Runner:
         launch.weights_sha256 = weights
         record.launches.append(launch)
         self._write_load(record)
-        client = EngineClient(url, self.plan.scoring.request_timeout_s)
+        scoring = self.plan.scoring
+        client = self._client(url, proc, scoring.request_timeout_s, scoring.give_up_s)
         try:
             self._wait_ready(proc, client, launch, options, t0)
             if launch.engine.get("bos_token_id") is None and bos is not None:
@@ -269,6 +271,14 @@ class Runner:
             launch.finished_at = time.time()
             self._write_load(record)
             write_manifest(self.layout.root)
+
+    def _client(self, url: str, proc: EngineProcess | None, timeout_s: float,
+                give_up_s: float | None) -> EngineClient:
+        """A client whose requests past `timeout_s` wait on the engine only while it works."""
+        watch = None if proc is None else Watch(
+            EngineActivity(proc.pid), self.plan.launch.stall_window_s,
+            give_up_s or 10 * timeout_s)
+        return EngineClient(url, timeout_s, watch=watch)
 
     def _wait_ready(self, proc: EngineProcess | None, client: EngineClient, launch: Launch,
                     options: EngineOptions, t0: float) -> None:
@@ -440,7 +450,7 @@ class Runner:
         """Point by point; progress is kept after each, so a point that kills the engine
         is recorded and the next launch goes on with the point after it."""
         spec = self.plan.probes.sweep
-        client = EngineClient(url, spec.request_timeout_s)
+        client = self._client(url, proc, spec.request_timeout_s, spec.give_up_s)
         try:
             out = self._sweep_progress(cell)
             if out is None:
@@ -465,19 +475,27 @@ class Runner:
                 if (length, level) in done:
                     continue
                 point = sweep.send(self.adapter, client, options, stream, head, length, level,
-                                   spec, live, launch.attempt)
+                                   spec, live, launch.attempt, watched=proc is not None)
                 out.sweep.append(point)
                 out.engine_seconds = round(out.engine_seconds + point.seconds, 6)
                 atomic.write_json(self.layout.progress(cell.name), out.model_dump(mode="json"))
                 self.obs.cell_advanced(len(out.sweep))
-                if point.outcome in ("death", "hang"):
+                if point.outcome in ("death", "hang", "timeout"):
+                    last = {(p.length, p.level) for p in out.sweep} >= set(out.sweep_plan)
+                    if last:
+                        # Nothing is left to measure: no cold start just to close the cell.
+                        self._finish_sweep(out, cell)
                     raise EngineError(f"sweep: {point.outcome} at {length} tokens x {level} "
-                                      "(recorded as a measurement; the engine is restarted)")
-            out.wall_seconds = round(time.time() - out.started_at, 6)
-            self._finish(out)
-            self.layout.progress(cell.name).unlink(missing_ok=True)
+                                      "(recorded as a measurement"
+                                      + ("" if last else "; the engine is restarted") + ")")
+            self._finish_sweep(out, cell)
         finally:
             client.close()
+
+    def _finish_sweep(self, out: Cell, cell: CellSpec) -> None:
+        out.wall_seconds = round(time.time() - out.started_at, 6)
+        self._finish(out)
+        self.layout.progress(cell.name).unlink(missing_ok=True)
 
     def _probe_cell(self, cell: CellSpec, launch: Launch, order: list[str], total: int,
                     measure: Callable[[Callable[[int], None]], list[Group]]) -> Cell:

@@ -2,8 +2,10 @@
 
 `--die-above N`: the process aborts (SIGABRT, as a failed CUDA assert does)
 when a prompt longer than N tokens arrives. `--hang-above N`: the request
-never returns while /health keeps answering. Everything else is the real
-servediff.engines.hf_server serving the real model.
+never returns while /health keeps answering (and the process does no work).
+`--slow-above N --slow-s S`: the request is answered, but only after S more
+seconds of computing (a slow engine that is still making progress).
+Everything else is the real servediff.engines.hf_server serving the real model.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 from servediff.engines import hf_server
@@ -21,6 +24,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--die-above", type=int)
     parser.add_argument("--hang-above", type=int)
+    parser.add_argument("--slow-above", type=int)
+    parser.add_argument("--slow-s", type=float, default=0.0)
     args, rest = parser.parse_known_args()
     real = hf_server.Handler._completions
 
@@ -36,6 +41,12 @@ def main() -> None:
             sys.stderr.write(f"fragile: a prompt of {longest} tokens; hanging\n")
             sys.stderr.flush()
             threading.Event().wait()
+        if args.slow_above is not None and longest > args.slow_above:
+            sys.stderr.write(f"fragile: a prompt of {longest} tokens; computing slowly\n")
+            sys.stderr.flush()
+            end = time.monotonic() + args.slow_s
+            while time.monotonic() < end:
+                sum(i * i for i in range(10_000))
         return real(self, body)
 
     hf_server.Handler._completions = completions  # type: ignore[method-assign]

@@ -142,7 +142,7 @@ def survival_arm(cells: Sequence[Cell], partial: Sequence[Cell]) -> dict[str, An
     first_failure = {}
     for level in levels:
         mine = sorted((p for p in points if p["level"] == level), key=lambda p: p["length"])
-        ok = [p["length"] for p in mine if p["outcome"] == "ok"]
+        ok = [p["length"] for p in mine if p["outcome"] in ("ok", "slow")]
         largest[str(level)] = max(ok) if ok else None
         bad = next((p for p in mine if p["failure"]), None)
         first_failure[str(level)] = bad
@@ -160,7 +160,8 @@ def _point(p: SweepPoint, context: int | None) -> dict[str, Any]:
     beyond = context is not None and p.length + 1 > context
     # A refusal of a prompt longer than the context is the server doing its job;
     # an error inside the context, a hang or a death anywhere is a failure.
-    failure = p.outcome in ("hang", "death") or (p.outcome == "error" and not beyond)
+    failure = p.outcome in ("hang", "timeout", "death") or (p.outcome == "error"
+                                                            and not beyond)
     return {"length": p.length, "level": p.level, "outcome": p.outcome,
             "beyond_context": beyond, "failure": failure,
             "achieved_ok": p.achieved_ok, "achieved_prompt_tokens": p.achieved_prompt_tokens,

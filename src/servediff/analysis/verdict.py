@@ -108,8 +108,15 @@ def _failure_text(arm: str, p: dict[str, Any]) -> str:
         return f"`{arm}`: the server process died at {where} ({how})"
     if p["outcome"] == "hang":
         health = " while its health check still answered" if p["health_answered"] else ""
-        return f"`{arm}`: requests hung at {where}{health}"
+        return f"`{arm}`: requests hung (no answer, no work) at {where}{health}"
+    if p["outcome"] == "timeout":
+        return (f"`{arm}`: no answer at {where} within the bound, although the engine kept "
+                "working")
     return f"`{arm}`: error response at {where} (HTTP {p['http_status']})"
+
+
+FAILED = {"death": "the server died", "hang": "requests hung", "timeout": "requests timed out",
+          "error": "an error response came"}
 
 
 def survival_claims(a: str, b: str, costs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -135,22 +142,35 @@ def survival_claims(a: str, b: str, costs: dict[str, Any]) -> list[dict[str, Any
     for arm, s in ((a, sa), (b, sb)):
         if s is None:
             continue
-        largest = s["largest_ok_length"].get("1")
-        held = all(v is None for v in s["first_failure"].values())
-        context = s["context_length"]
-        if held and context and largest is not None and largest >= context - 1:
-            tail = f"every length measured, up to the context length ({context:,})"
-        elif largest:
-            tail = f"up to {largest:,} tokens" + (
-                f" (the context length, {context:,}, was not reached)"
-                if context and largest < context - 1 else "")
-        else:
-            tail = "no length"
-        out.append(claim("survival", f"`{arm}` survived {tail} as single prompts; levels "
-                         f"{', '.join(str(x) for x in s['levels'])}", [s["cell"]],
+        out.append(claim("survival", survival_text(arm, s), [s["cell"]],
                          f"sweep lengths {s['lengths'][0]:,}..{s['lengths'][-1]:,}"
                          if s["lengths"] else "sweep"))
     return out
+
+
+def survival_text(arm: str, s: dict[str, Any]) -> str:
+    """Where single prompts held, where they failed and how; what the sweep reached."""
+    largest = s["largest_ok_length"].get("1")
+    failure = s["first_failure"].get("1")
+    context = s["context_length"]
+    inside = [p["length"] for p in s["points"] if p["level"] == 1 and not p["beyond_context"]]
+    reached = bool(context) and max(inside, default=0) >= context - 1
+    levels = f"levels {', '.join(str(x) for x in s['levels'])}"
+    if failure is not None:
+        held = f"up to {largest:,} tokens" if largest else "no length"
+        return (f"`{arm}` survived single prompts {held}; at {failure['length']:,} tokens "
+                f"{FAILED[failure['outcome']]}; {levels}")
+    if largest is None:
+        return f"`{arm}`: no single prompt was measured; {levels}"
+    if reached:
+        tail = f"every length measured, up to the context length ({context:,})"
+    else:
+        tail = f"every length measured, up to {largest:,} tokens" + (
+            f" (the sweep did not reach the context length, {context:,})" if context else "")
+    slow = [p["length"] for p in s["points"] if p["outcome"] == "slow"]
+    slowly = f"; answers came after the request timeout from {min(slow):,} tokens" \
+        if slow else ""
+    return f"`{arm}` survived {tail} as single prompts{slowly}; {levels}"
 
 
 def prefix_claims(a: str, b: str, costs: dict[str, Any]) -> list[dict[str, Any]]:

@@ -3,17 +3,39 @@
 GETs (health, info) are idempotent and retried on connection errors; POSTs
 that compute are never retried here, since a retry would hide a hang or a
 crash that the runner must record.
+
+A POST that has not answered after `timeout_s` is not yet a failure when the
+client can watch the engine (`Watch`): from then on the engine's activity is
+checked every `stall_window_s`. An engine that did no work for a whole window
+is hung (`EngineRequestError.stalled`); one that keeps working is waited on,
+up to `give_up_s`. Without a watch (an external endpoint), `timeout_s` is the
+bound.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from servediff.engines.activity import Activity, worked
 from servediff.errors import EngineRequestError
+
+
+@dataclass(frozen=True)
+class Watch:
+    """How a slow request is told from a hung one: the engine's activity, the window
+    without any activity that makes a hang, and the bound past which a busy engine is
+    given up on."""
+
+    activity: Activity
+    stall_window_s: float
+    give_up_s: float
 
 
 class EngineClient:
@@ -22,11 +44,15 @@ class EngineClient:
         base_url: str,
         timeout_s: float,
         transport: httpx.BaseTransport | None = None,
+        watch: Watch | None = None,
     ) -> None:
         self.base_url = base_url
+        self.timeout_s = timeout_s
+        self.watch = watch
+        bound = max(timeout_s, watch.give_up_s) if watch else timeout_s
         self._http = httpx.Client(
             base_url=base_url,
-            timeout=httpx.Timeout(timeout_s, connect=5.0),
+            timeout=httpx.Timeout(bound, connect=5.0),
             transport=transport,
         )
 
@@ -62,14 +88,49 @@ class EngineClient:
             return False
 
     def post_json(self, path: str, payload: dict[str, Any]) -> Any:
+        if self.watch is None:
+            return self._post(path, payload)
+        return self._watched(path, payload, self.watch)
+
+    def _post(self, path: str, payload: dict[str, Any]) -> Any:
         try:
             response = self._http.post(path, json=payload)
         except httpx.TimeoutException as exc:
-            raise EngineRequestError(f"POST {path}: timed out ({type(exc).__name__})",
+            busy = f", the engine still busy (gave up after {self.watch.give_up_s:g} s)" \
+                if self.watch else ""
+            raise EngineRequestError(f"POST {path}: timed out ({type(exc).__name__}){busy}",
                                      timed_out=True) from None
         except httpx.TransportError as exc:
             raise EngineRequestError(f"POST {path}: {type(exc).__name__}: {exc}") from None
         return self._decode(path, response)
+
+    def _watched(self, path: str, payload: dict[str, Any], watch: Watch) -> Any:
+        """The POST in a thread of its own; past `timeout_s`, wait only while the engine
+        works. A hung request is left behind: it ends when the engine is stopped."""
+        done: Future[Any] = Future()
+
+        def send() -> None:
+            try:
+                done.set_result(self._post(path, payload))
+            except BaseException as exc:  # handed to the waiting caller
+                done.set_exception(exc)
+
+        threading.Thread(target=send, name=f"POST {path}", daemon=True).start()
+        t0 = time.monotonic()
+        try:
+            return done.result(timeout=self.timeout_s)
+        except FutureTimeout:
+            pass
+        while True:
+            cpu, wall = watch.activity.cpu_seconds(), time.monotonic()
+            try:
+                return done.result(timeout=watch.stall_window_s)
+            except FutureTimeout:
+                if not worked(watch.activity, cpu, wall):
+                    raise EngineRequestError(
+                        f"POST {path}: no answer after {time.monotonic() - t0:.1f} s and the "
+                        f"engine did no work for {watch.stall_window_s:g} s (hung)",
+                        timed_out=True, stalled=True) from None
 
     def post_many(self, path: str, payloads: list[dict[str, Any]],
                   concurrency: int) -> list[Any]:

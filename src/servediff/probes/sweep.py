@@ -3,9 +3,18 @@
 `points` lays out the map: doubling lengths up to the context the engine
 reports, the context itself (one token left for the answer), one length past
 it, and each at every level (that many prompts sent at once). `send` runs one
-point and classifies it: ok, error response (status and message kept), hang
-(the request timed out while the server lived), or death (the process
-exited). The runner restarts the engine after a hang or a death and goes on
+point and classifies it:
+
+    ok       every request answered within `request_timeout_s`
+    slow     every request answered, at least one after `request_timeout_s`,
+             the engine working all the while
+    error    an error response (status and message kept)
+    hang     no answer, and the engine did no work for a whole stall window
+             (its health check may still answer: that is recorded)
+    timeout  no answer within `give_up_s` although the engine kept working
+    death    the process exited
+
+The runner restarts the engine after a hang, a timeout or a death and goes on
 with the next point.
 """
 
@@ -53,27 +62,32 @@ class Liveness:
 
 def send(adapter: EngineAdapter, client: EngineClient, options: EngineOptions,
          stream: list[int], head: list[int], length: int, level: int, spec: SweepProbe,
-         live: Liveness, launch: int) -> SweepPoint:
+         live: Liveness, launch: int, watched: bool = True) -> SweepPoint:
     prompts = [rotated_prompt(stream, head, length, 1000 + i) for i in range(level)]
     results: list[Generated | EngineRequestError] = []
 
-    def one(ids: list[int]) -> Generated | EngineRequestError:
+    def one(ids: list[int]) -> tuple[Generated | EngineRequestError, float]:
+        r0 = time.monotonic()
         try:
-            return adapter.generate(client, ids, 1, options)
+            out: Generated | EngineRequestError = adapter.generate(client, ids, 1, options)
         except EngineRequestError as exc:
-            return exc
+            out = exc
+        return out, round(time.monotonic() - r0, 3)
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=level) as pool:
-        results = list(pool.map(one, prompts))
+        timed = list(pool.map(one, prompts))
     seconds = round(time.monotonic() - t0, 3)
+    results = [r for r, _ in timed]
     achieved = [r.prompt_tokens if isinstance(r, Generated) else None for r in results]
     errors = [r for r in results if isinstance(r, EngineRequestError)]
     base: dict[str, Any] = dict(length=length, level=level, seconds=seconds, launch=launch,
-                                achieved_prompt_tokens=achieved)
+                                achieved_prompt_tokens=achieved,
+                                request_seconds=[s for _, s in timed])
     if not errors:
         ok = all(a is None or abs(a - length) <= spec.tolerance * length for a in achieved)
-        return SweepPoint(**base, outcome="ok",
+        slow = any(s > spec.request_timeout_s for _, s in timed)
+        return SweepPoint(**base, outcome="slow" if slow else "ok",
                           achieved_ok=ok if any(a is not None for a in achieved) else None)
     first = next((e for e in errors if e.status is not None), errors[0])
     ended = live.exited()
@@ -82,6 +96,8 @@ def send(adapter: EngineAdapter, client: EngineClient, options: EngineOptions,
         return SweepPoint(**base, outcome="death", error=str(first), returncode=code,
                           signal=sig, log_tail=live.log_tail())
     if any(e.timed_out for e in errors):
-        return SweepPoint(**base, outcome="hang", error=str(first),
+        # No watch on the engine (an external endpoint): a timeout is all that is known.
+        stalled = any(e.stalled for e in errors) or not watched
+        return SweepPoint(**base, outcome="hang" if stalled else "timeout", error=str(first),
                           health_answered=live.healthy(), log_tail=live.log_tail())
     return SweepPoint(**base, outcome="error", http_status=first.status, error=str(first))

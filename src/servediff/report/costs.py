@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-OUTCOME_MARK = {"ok": "ok", "error": "error", "hang": "HANG", "death": "DEATH"}
+OUTCOME_MARK = {"ok": "ok", "slow": "slow", "error": "error", "hang": "HANG",
+                "timeout": "TIMEOUT", "death": "DEATH"}
 
 
 def verdict_lines(summary: dict[str, Any]) -> list[str]:

@@ -22,8 +22,8 @@ from servediff.report.costs import survival_grid
 plt.rcParams.update({"svg.hashsalt": "servediff", "font.size": 9,
                      "axes.spines.top": False, "axes.spines.right": False})
 
-OUTCOMES = ["ok", "error", "hang", "death", "not run"]
-OUTCOME_COLORS = ["#4c9a2a", "#e0a400", "#d4540f", "#b00020", "#dddddd"]
+OUTCOMES = ["ok", "slow", "error", "hang", "timeout", "death", "not run"]
+OUTCOME_COLORS = ["#4c9a2a", "#9ccc65", "#e0a400", "#d4540f", "#8e3b0b", "#b00020", "#dddddd"]
 
 
 def _svg(fig: Figure) -> str:
@@ -104,7 +104,8 @@ def survival_map(summary: dict[str, Any]) -> str | None:
     for i, row in enumerate(grid):
         for j, value in enumerate(row):
             ax.text(j, i, OUTCOMES[value], ha="center", va="center", fontsize=7,
-                    color="white" if value in (0, 3) else "black")
+                    color="white" if OUTCOMES[value] in ("ok", "timeout", "death")
+                    else "black")
     ax.set_xticks(range(len(columns)), [f"{a}\nx{lv}" for a, lv in columns])
     ax.set_yticks(range(len(lengths)), [f"{n:,}" for n in lengths])
     ax.set_ylabel("prompt tokens")
