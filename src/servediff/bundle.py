@@ -23,8 +23,10 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from servediff import atomic
-from servediff.errors import BundleError, IntegrityError, SchemaVersionError
+from servediff.corpus import Corpus
+from servediff.errors import BundleError, IntegrityError, PlanMismatchError, SchemaVersionError
 from servediff.evidence import SCHEMA_VERSION, Cell, LoadRecord
+from servediff.plan import LOCK_SCHEMA_VERSION, LockedPlan, Plan, digest, plan_diff
 
 MANIFEST_SCHEMA_VERSION = 1
 _T = TypeVar("_T", Cell, LoadRecord)
@@ -50,24 +52,47 @@ def read_versioned(path: Path, expected: int) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Layout:
+    """Every evidence path of a run directory; nothing else spells one. `*_ref` are the
+    paths relative to the run directory, as reports cite them."""
+
     root: Path
 
+    @staticmethod
+    def cell_ref(name: str) -> str:
+        return f"cells/{name}.json"
+
+    @staticmethod
+    def load_ref(name: str) -> str:
+        return f"loads/{name}.json"
+
+    @staticmethod
+    def progress_ref(name: str) -> str:
+        return f"partial/{name}-progress.json"
+
+    @staticmethod
+    def partial_ref(name: str, attempt: int) -> str:
+        return f"partial/{name}-a{attempt}.json"
+
     def cell(self, name: str) -> Path:
-        return self.root / "cells" / f"{name}.json"
+        return self.root / self.cell_ref(name)
 
     def partial(self, name: str, attempt: int) -> Path:
         """Rows of a cell whose engine died before the cell finished."""
-        return self.root / "partial" / f"{name}-a{attempt}.json"
+        return self.root / self.partial_ref(name, attempt)
 
     def progress(self, name: str) -> Path:
         """A sweep's points so far, until the sweep cell is complete."""
-        return self.root / "partial" / f"{name}-progress.json"
+        return self.root / self.progress_ref(name)
 
     def load(self, name: str) -> Path:
-        return self.root / "loads" / f"{name}.json"
+        return self.root / self.load_ref(name)
 
     def log(self, name: str) -> Path:
         return self.root / "logs" / f"{name}.log"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "plan.lock.json"
 
     @property
     def summary(self) -> Path:
@@ -86,27 +111,73 @@ class Layout:
         return self.root / "manifest.json"
 
 
+def write_lock(root: Path, locked: LockedPlan) -> None:
+    """Write the lock, or check that the one already there is the same plan."""
+    path = Layout(root).lock
+    if path.exists():
+        existing = read_lock(root)
+        if existing.sha256 != locked.sha256:
+            raise PlanMismatchError(
+                f"{path}: this run directory is locked under another plan "
+                f"(sha256 {existing.sha256[:12]} vs {locked.sha256[:12]}); "
+                "use a new --out folder. Difference:\n" + plan_diff(existing, locked)
+            )
+        return
+    atomic.write_json(path, {"schema_version": LOCK_SCHEMA_VERSION, "sha256": locked.sha256,
+                             **locked.canonical()})
+
+
+def read_lock(root: Path) -> LockedPlan:
+    """The locked plan; its sha256 is checked against the content exactly as stored, so a
+    lock written by an earlier servediff (whose plan had fewer keys) still checks."""
+    path = Layout(root).lock
+    if not path.exists():
+        raise BundleError(f"{root}: not a servediff run directory (no plan.lock.json)")
+    data = read_versioned(path, LOCK_SCHEMA_VERSION)
+    try:
+        stored = {"plan": data["plan"], "arm_order": data["arm_order"],
+                  "corpus": data["corpus"]}
+        if digest(stored) != data["sha256"]:
+            raise BundleError(f"{path}: the stored sha256 does not match the plan it holds")
+        plan = dict(data["plan"])
+        plan["arms"] = {name: plan["arms"][name] for name in data["arm_order"]}
+        return LockedPlan(plan=Plan.model_validate(plan),
+                          corpus=Corpus.model_validate(data["corpus"]), sha256=data["sha256"])
+    except (ValidationError, KeyError, TypeError) as exc:
+        raise BundleError(f"{path}: not a valid plan lock ({exc})") from None
+
+
 @dataclass(frozen=True)
 class Evidence:
     """Everything the measuring stage wrote, parsed; the input of analysis."""
 
-    lock: dict[str, Any]
+    locked: LockedPlan
     loads: tuple[LoadRecord, ...]
     cells: tuple[Cell, ...]
     # Cells cut short by an engine death: kept as evidence, not compared.
     partial: tuple[Cell, ...] = ()
 
+    @property
+    def plan(self) -> Plan:
+        return self.locked.plan
+
+    @property
+    def arms(self) -> list[str]:
+        """The arms in the plan's order (the first is the baseline)."""
+        return list(self.locked.plan.arms)
+
 
 def read_evidence(root: Path) -> Evidence:
-    if not (root / "plan.lock.json").exists():
-        raise BundleError(f"{root}: not a servediff run directory (no plan.lock.json)")
-    from servediff.plan import LOCK_SCHEMA_VERSION
-
-    lock = read_versioned(root / "plan.lock.json", LOCK_SCHEMA_VERSION)
+    locked = read_lock(root)
     loads = tuple(_parse(p, LoadRecord) for p in sorted((root / "loads").glob("*.json")))
     cells = tuple(_parse(p, Cell) for p in sorted((root / "cells").glob("*.json")))
     partial = tuple(_parse(p, Cell) for p in sorted((root / "partial").glob("*.json")))
-    return Evidence(lock=lock, loads=loads, cells=cells, partial=partial)
+    return Evidence(locked=locked, loads=loads, cells=cells, partial=partial)
+
+
+def read_record(path: Path, model: type[_T]) -> _T:
+    """One cell or load record, schema version and shape checked."""
+    return _parse(path, model)
 
 
 def _parse(path: Path, model: type[_T]) -> _T:
@@ -151,10 +222,10 @@ def verify(root: Path) -> int:
     recorded: dict[str, str] = manifest["files"]
     present = {str(p.relative_to(root)): p for p in _bundle_files(root)}
     problems = []
-    for name, digest in sorted(recorded.items()):
+    for name, sha in sorted(recorded.items()):
         if name not in present:
             problems.append(f"{name}: missing")
-        elif _hash(present[name]) != digest:
+        elif _hash(present[name]) != sha:
             problems.append(f"{name}: sha256 does not match the manifest")
     problems += [f"{name}: not in the manifest" for name in sorted(set(present) - set(recorded))]
     if problems:

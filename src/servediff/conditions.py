@@ -12,9 +12,8 @@ import platform
 import time
 from functools import cache
 from importlib import metadata
-from typing import Any
 
-from servediff.evidence import Conditions
+from servediff.evidence import Conditions, GpuReading
 
 PACKAGES = ("servediff", "torch", "transformers", "numpy", "httpx")
 
@@ -48,7 +47,7 @@ def _packages() -> dict[str, str | None]:
     return found
 
 
-def _gpus() -> list[dict[str, Any]]:
+def _gpus() -> list[GpuReading]:
     try:
         import pynvml
     except ImportError:
@@ -62,15 +61,15 @@ def _gpus() -> list[dict[str, Any]]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            gpus.append({
-                "index": i,
-                "name": pynvml.nvmlDeviceGetName(h),
-                "memory_used_mb": int(mem.used) // 2**20,
-                "memory_total_mb": int(mem.total) // 2**20,
-                "temperature_c": pynvml.nvmlDeviceGetTemperature(h, 0),
-                "utilization_pct": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
-                "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, 1),
-            })
+            gpus.append(GpuReading(
+                index=i,
+                name=pynvml.nvmlDeviceGetName(h),
+                memory_used_mb=int(mem.used) // 2**20,
+                memory_total_mb=int(mem.total) // 2**20,
+                temperature_c=pynvml.nvmlDeviceGetTemperature(h, 0),
+                utilization_pct=pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
+                sm_clock_mhz=pynvml.nvmlDeviceGetClockInfo(h, 1),
+            ))
     finally:
         pynvml.nvmlShutdown()
     return gpus

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from servediff import atomic
+from servediff.analysis.findings import Summary
 from servediff.analysis.summary import summarize
 from servediff.bundle import Layout, evidence_sha256, read_evidence, verify, write_manifest
 from servediff.report.html import render_html
@@ -21,14 +21,14 @@ from servediff.report.markdown import render
 from servediff.scrub import describe, scrub, scrub_tree
 
 
-def write_derived(root: Path) -> dict[str, Any]:
+def write_derived(root: Path) -> Summary:
     """Re-derive and re-hash; refuses a bundle whose files no longer match its manifest,
     since re-hashing it would launder the change."""
     layout = Layout(root)
     if layout.manifest.exists():
         verify(root)
     summary = summarize(read_evidence(root))
-    atomic.write_json(layout.summary, summary)
+    atomic.write_json(layout.summary, summary.model_dump(mode="json"))
     markdown, clean = render_reports(summary, root)
     atomic.write_text(layout.report, markdown)
     atomic.write_text(layout.html, render_html(clean, markdown, f"servediff report: "
@@ -37,9 +37,10 @@ def write_derived(root: Path) -> dict[str, Any]:
     return summary
 
 
-def render_reports(summary: dict[str, Any], root: Path) -> tuple[str, dict[str, Any]]:
+def render_reports(summary: Summary, root: Path) -> tuple[str, Summary]:
     """report.md's text and the scrubbed summary the HTML page is drawn from."""
-    clean, counts = scrub_tree(summary)
+    tree, counts = scrub_tree(summary.model_dump(mode="json"))
+    clean = Summary.model_validate(tree)
     name = scrub(root.name)
     counts = Counter(counts) + name.counts
     text = render(clean, name.text, evidence_sha256(root))

@@ -21,6 +21,20 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class GpuReading(BaseModel):
+    """One GPU as NVML read it (more fields are kept as read)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    index: int
+    name: str
+    memory_used_mb: int | None = None
+    memory_total_mb: int | None = None
+    temperature_c: int | None = None
+    utilization_pct: int | None = None
+    sm_clock_mhz: int | None = None
+
+
 class Conditions(Model):
     """What the box was doing when a cell ran."""
 
@@ -32,7 +46,7 @@ class Conditions(Model):
     mem_available_mb: int | None
     python: str
     packages: dict[str, str | None]
-    gpus: list[dict[str, Any]] = Field(default_factory=list)
+    gpus: list[GpuReading] = Field(default_factory=list)
 
 
 class Record(Model):
@@ -151,6 +165,15 @@ Probe = Literal["score", "repeat", "batch", "concurrency", "generate", "speed", 
 Phase = Literal["drift", "cost"]
 
 
+class Skipped(Model):
+    """Something a probe planned and did not send, and why."""
+
+    reason: str
+    # the prompt length or the request kind that was left out, where one was
+    length: int | None = None
+    kind: RequestKind | None = None
+
+
 class Cell(Model):
     schema_version: int = SCHEMA_VERSION
     arm: str
@@ -168,7 +191,7 @@ class Cell(Model):
     # concurrency probe: the groups, and the prompt ids per length
     groups: list[Group] = Field(default_factory=list)
     prompts: dict[int, list[int]] = Field(default_factory=dict)
-    skipped: list[dict[str, Any]] = Field(default_factory=list)
+    skipped: list[Skipped] = Field(default_factory=list)
     # cost probes
     speed: list[SpeedSample] = Field(default_factory=list)
     sweep: list[SweepPoint] = Field(default_factory=list)
@@ -176,6 +199,11 @@ class Cell(Model):
     sweep_plan: list[tuple[int, int]] = Field(default_factory=list)
     context_length: int | None = None
     prefix: list[PrefixSample] = Field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The cell's name, as its file is called."""
+        return cell_name(self.arm, self.load, self.probe, self.repeat, self.phase)
 
 
 class Stop(Model):
@@ -221,6 +249,18 @@ class Launch(Model):
     stop: Stop | None = None
     finished_at: float | None = None
 
+    # The engine's own report is kept raw (`engine`); these read the parts analysis uses.
+    def context_length(self) -> int | None:
+        value = self.engine.get("max_model_len")
+        return int(value) if value else None
+
+    def engine_versions(self) -> dict[str, str | None]:
+        versions = self.engine.get("version") or {}
+        return {str(k): None if v is None else str(v) for k, v in versions.items()}
+
+    def device(self) -> str:
+        return str(self.engine.get("device_name") or self.engine.get("device"))
+
 
 class LoadRecord(Model):
     schema_version: int = SCHEMA_VERSION
@@ -228,6 +268,10 @@ class LoadRecord(Model):
     load: int
     phase: Phase = "drift"
     launches: list[Launch] = Field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return load_name(self.arm, self.load, self.phase)
 
 
 def cell_name(arm: str, load: int, probe: str, repeat: int, phase: str = "drift") -> str:

@@ -19,8 +19,18 @@ from typing import Any
 
 import jsonschema
 
-from servediff.bundle import DERIVED, Layout, evidence_sha256, read_evidence, read_versioned
+from servediff.analysis.findings import Summary
+from servediff.bundle import (
+    DERIVED,
+    MANIFEST_SCHEMA_VERSION,
+    Layout,
+    evidence_sha256,
+    read_evidence,
+    read_versioned,
+)
 from servediff.errors import InputError
+from servediff.evidence import cell_name
+from servediff.report import words
 from servediff.report.markdown import protocol
 from servediff.scrub import scrub_tree
 
@@ -60,7 +70,7 @@ def target_revision(model: str, weights: dict[str, str], given: str | None) -> t
 
 
 def artifacts(root: Path) -> list[dict[str, Any]]:
-    manifest = read_versioned(Layout(root).manifest, 1)
+    manifest = read_versioned(Layout(root).manifest, MANIFEST_SCHEMA_VERSION)
     out = []
     for name, digest in sorted(manifest["files"].items()):
         role = "derived" if name in DERIVED else "raw"
@@ -72,11 +82,11 @@ def artifacts(root: Path) -> list[dict[str, Any]]:
     return out
 
 
-def controls(summary: dict[str, Any]) -> list[dict[str, str]]:
+def controls(summary: Summary) -> list[dict[str, str]]:
     out = []
-    concs = [(arm, a["concurrency"]) for arm, a in summary["arms"].items() if a["concurrency"]]
+    concs = [(arm, a.concurrency) for arm, a in summary.arms.items() if a.concurrency]
     if concs:
-        failed = [arm for arm, c in concs if not c["control_ok"]]
+        failed = [arm for arm, c in concs if not c.control_ok]
         out.append({"name": "concurrency-1 control (identical requests sent one at a time "
                     "agree)", "status": "failed" if failed else "passed",
                     "detail": f"failed for {', '.join(failed)}" if failed else
@@ -84,91 +94,91 @@ def controls(summary: dict[str, Any]) -> list[dict[str, str]]:
     else:
         out.append({"name": "concurrency-1 control", "status": "not run",
                     "detail": "no concurrency probe in this run"})
-    cached = [a for a in summary["setup"]["arms"].values()
-              if a["first_request_cached_tokens"]]
-    reported = [x for a in cached for x in a["first_request_cached_tokens"] if x is not None]
+    reported = [x for a in summary.setup.arms.values() for x in a.first_request_cached_tokens
+                if x is not None]
     out.append({"name": "cold start (no cached prompt tokens on the first request after a "
                 "start)", "status": "not run" if not reported else
                 "failed" if any(reported) else "passed",
                 "detail": f"{len(reported)} starts reported cached tokens" if reported else
                 "the engine does not report cached tokens"})
-    within = [p for a in summary["arms"].values() for p in a["within_load"]]
+    within = [p for a in summary.arms.values() for p in a.within_load]
     out.append({"name": "within-load repeat (the same texts again in the same process)",
                 "status": "not run" if not within else
-                "passed" if not any(p["moved"] for p in within) else "failed",
+                "passed" if not any(p.moved for p in within) else "failed",
                 "detail": f"{len(within)} repeat comparison(s)"})
-    failed_launches = summary["failed_launches"]
+    failed_launches = summary.failed_launches
     out.append({"name": "every engine stopped cleanly and was recorded",
                 "status": "passed" if not failed_launches else "failed",
                 "detail": f"{len(failed_launches)} launch(es) failed or died"})
     return out
 
 
-def hypothesis(summary: dict[str, Any]) -> dict[str, Any]:
-    arms = list(summary["arms"])
-    statement = (f"Teacher-forced scores of `{summary['model']}` on `{summary['engine']}` are "
+def hypothesis(summary: Summary) -> dict[str, Any]:
+    arms = list(summary.arms)
+    statement = (f"Teacher-forced scores of `{summary.model}` on `{summary.engine}` are "
                  "reproducible across cold loads, repeats and concurrency under every arm"
                  + (f", and no arm costs speed, capacity, survival or prefix reuse relative to "
                     f"`{arms[0]}`" if len(arms) > 1 else "") + ".")
     confirming: list[dict[str, Any]] = []
     disproving: list[dict[str, Any]] = []
-    for arm, data in summary["arms"].items():
-        cells = [f"cells/{arm}-load{r['load']}-score.json" for r in data["loads"]]
-        obs = {"text": f"`{arm}`: {data['signature']}", "evidence": cells}
-        stable = data["signature"] in ("bit-identical", "stable within threshold")
-        (confirming if stable else disproving).append(obs)
-    for pair in (summary.get("verdict") or {}).get("pairs", []):
-        for c in pair["claims"]:
-            if c["kind"] == "cost":
-                disproving.append({"text": c["text"], "evidence": c["evidence"]})
-        if not pair["costs"]:
-            confirming.append({"text": pair["headline"], "evidence": []})
+    for arm, data in summary.arms.items():
+        cells = [Layout.cell_ref(cell_name(arm, r.load, "score", 0)) for r in data.loads]
+        obs = {"text": f"`{arm}`: {words.signature_text(data.signature)}", "evidence": cells}
+        (confirming if data.signature.stable else disproving).append(obs)
+    for pair in summary.verdict.pairs:
+        for c in pair.claims:
+            if c.kind == "cost":
+                disproving.append({"text": words.claim_text(c), "evidence": c.evidence})
+        if not pair.costs:
+            confirming.append({"text": words.headline(pair), "evidence": []})
     return {"statement": statement, "confirming_observations": confirming,
             "disproving_observations": disproving}
 
 
-def build(root: Path, summary: dict[str, Any], given_revision: str | None) -> dict[str, Any]:
+# Gaps that mean a planned measurement did not happen.
+INCOMPLETE = ("loads missing", "sweep points missing")
+
+
+def build(root: Path, summary: Summary, given_revision: str | None) -> dict[str, Any]:
     evidence = read_evidence(root)
-    plan = evidence.lock["plan"]
+    plan = evidence.plan
     weights = {k: v for rec in evidence.loads for launch in rec.launches
                for k, v in launch.weights_sha256.items()}
-    revision, kind = target_revision(plan["model"], weights, given_revision)
+    revision, kind = target_revision(plan.model, weights, given_revision)
     launches = [launch for rec in evidence.loads for launch in rec.launches]
     starts = [launch.started_at for launch in launches]
     ends = [launch.finished_at or launch.started_at for launch in launches]
     observed = sum(len(c.records) + sum(len(g.responses) for g in c.groups) + len(c.speed)
                    + len(c.sweep) + len(c.prefix) for c in evidence.cells)
-    failures = summary["failed_launches"]
-    partial = bool(summary["partial_cells"]) or any(
-        g for g in summary["gaps"] if "planned loads" in g or "not measured" in g)
+    failures = summary.failed_launches
+    partial = bool(summary.partial_cells) or any(g.kind in INCOMPLETE for g in summary.gaps)
     evidence_hash = evidence_sha256(root)
-    setup = summary["setup"]
-    pairs = (summary.get("verdict") or {}).get("pairs", [])
-    claim = (" ".join(p["headline"] + "." for p in pairs) if pairs else
-             "; ".join(f"`{arm}`: {a['signature']}" for arm, a in summary["arms"].items()))
+    setup = summary.setup
+    pairs = summary.verdict.pairs
+    claim = (" ".join(words.headline(p) + "." for p in pairs) if pairs else
+             "; ".join(f"`{arm}`: {words.signature_text(a.signature)}"
+                       for arm, a in summary.arms.items()))
     packet: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "packet_id": f"sdp-{evidence_hash[:16]}",
-        "experiment_id": summary["plan_sha256"][:16],
+        "experiment_id": summary.plan_sha256[:16],
         "created_at": _iso(max(ends) if ends else 0.0),
         "target": {
-            "engine": plan["engine"], "engine_versions": setup["engine_versions"],
-            "model": plan["model"], "revision": revision, "revision_kind": kind,
+            "engine": plan.engine, "engine_versions": setup.engine_versions,
+            "model": plan.model, "revision": revision, "revision_kind": kind,
             "weights_sha256": weights,
-            "arms": [{"name": arm, "args": spec["args"], "env": spec["env"],
-                      "options": spec["options"]} for arm, spec in plan["arms"].items()],
+            "arms": [{"name": arm, "args": spec.args, "env": spec.env,
+                      "options": spec.options} for arm, spec in plan.arms.items()],
         },
         "hypothesis": hypothesis(summary),
-        "environment": {"devices": setup["devices"], "cpu": setup["cpu"], "gpus": setup["gpus"],
-                        "python": setup["python"],
-                        "context_lengths": setup.get("context_lengths", [])},
+        "environment": {"devices": setup.devices, "cpu": setup.cpu, "gpus": setup.gpus,
+                        "python": setup.python, "context_lengths": setup.context_lengths},
         "execution": {
             "started_at": _iso(min(starts) if starts else 0.0),
             "ended_at": _iso(max(ends) if ends else 0.0),
             "observed_count": observed, "launches": len(launches),
             "stop_status": "partial" if partial else "completed",
-            "failure_cause": "; ".join(f"{f['arm']} load {f['load']} attempt {f['attempt']}: "
-                                       f"{f['error'] or 'died'}" for f in failures) or None,
+            "failure_cause": "; ".join(words.failed_launch_text(f) for f in failures) or None,
             "protocol": protocol(setup),
         },
         "artifacts": artifacts(root),

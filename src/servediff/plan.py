@@ -1,9 +1,10 @@
 """The plan: the pre-registered experiment, validated strictly and locked.
 
 A plan is TOML. Unknown keys are errors, every error names the file and the
-field. `lock_plan` writes `plan.lock.json` (canonical plan, resolved corpus,
-sha256) before the first measurement; a run directory that holds a lock for
-a different plan is refused with the difference shown.
+field. `lock` gives the canonical plan, resolved corpus and their sha256, which
+`bundle.write_lock` writes as `plan.lock.json` before the first measurement; a
+run directory that holds a lock for a different plan is refused with the
+difference shown.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from servediff import atomic
-from servediff.bundle import read_versioned
 from servediff.corpus import Corpus, load_corpus
-from servediff.errors import PlanError, PlanMismatchError
+from servediff.engines import registry
+from servediff.engines.base import EngineOptions
+from servediff.errors import PlanError
 from servediff.evidence import RequestKind
 from servediff.validation import describe
 
@@ -278,7 +279,7 @@ def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
     }
 
 
-def _digest(canonical: dict[str, Any]) -> str:
+def digest(canonical: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
 
 
@@ -298,8 +299,6 @@ def load_plan_file(path: Path) -> tuple[Plan, Corpus]:
 
 
 def resolve_plan(raw: dict[str, Any], source: str, base_dir: Path) -> tuple[Plan, Corpus]:
-    from servediff.engines.registry import validate_engine
-
     try:
         plan = Plan.model_validate(raw)
     except ValidationError as exc:
@@ -323,48 +322,50 @@ def resolve_plan(raw: dict[str, Any], source: str, base_dir: Path) -> tuple[Plan
     return plan, corpus
 
 
-def resolve_model_path(plan: Plan, base_dir: Path) -> str:
-    """The model as the engine will see it: a built-in name stays a name."""
-    if plan.model in BUILTIN_MODELS:
-        return plan.model
-    return str((base_dir / plan.model).expanduser().resolve())
+def arm_options(plan: Plan, arm: str) -> EngineOptions:
+    """The arm's engine options: the plan's, with the arm's own merged over them."""
+    adapter = registry.create(plan.engine)
+    merged = {**plan.engine_options, **plan.arms[arm].options}
+    return adapter.options_model.model_validate(merged)
+
+
+def validate_engine(plan: Plan, source: str) -> None:
+    """Check the plan against its engine: options per arm, launch or external endpoint."""
+    if plan.engine not in registry.ENGINES:
+        raise PlanError(f"{source}: engine: unknown engine {plan.engine!r}; "
+                        f"known engines: {registry.known()}")
+    adapter = registry.create(plan.engine)
+    if "reload" in adapter.capabilities:
+        if plan.base_url is not None:
+            raise PlanError(f"{source}: base_url: engine {plan.engine!r} is started by "
+                            "servediff; base_url is only for engine = \"openai\"")
+    else:
+        if plan.base_url is None:
+            raise PlanError(f"{source}: base_url: required for engine {plan.engine!r} "
+                            "(an endpoint servediff does not start)")
+        if plan.loads_per_arm != 1:
+            raise PlanError(f"{source}: loads_per_arm: must be 1 for an external endpoint; "
+                            "servediff cannot reload a server it did not start")
+        if plan.launch.command is not None:
+            raise PlanError(f"{source}: launch.command: an external endpoint is not launched")
+        for name, arm in plan.arms.items():
+            if arm.args or arm.env:
+                raise PlanError(f"{source}: arms.{name}: args and env need a server that "
+                                "servediff starts; an external endpoint takes options only")
+    options_model = adapter.options_model
+    try:
+        options_model.model_validate(plan.engine_options)
+    except ValidationError as exc:
+        raise PlanError(describe(exc, source, "engine_options")) from None
+    for name, arm in plan.arms.items():
+        try:
+            options_model.model_validate({**plan.engine_options, **arm.options})
+        except ValidationError as exc:
+            raise PlanError(describe(exc, source, f"arms.{name}.options")) from None
 
 
 def lock(plan: Plan, corpus: Corpus) -> LockedPlan:
-    return LockedPlan(plan=plan, corpus=corpus, sha256=_digest(_canonical(plan, corpus)))
-
-
-def write_lock(run_dir: Path, locked: LockedPlan) -> None:
-    """Write the lock, or check that the one already there is the same plan."""
-    path = run_dir / "plan.lock.json"
-    if path.exists():
-        existing = read_lock(run_dir)
-        if existing.sha256 != locked.sha256:
-            raise PlanMismatchError(
-                f"{path}: this run directory is locked under another plan "
-                f"(sha256 {existing.sha256[:12]} vs {locked.sha256[:12]}); "
-                "use a new --out folder. Difference:\n" + plan_diff(existing, locked)
-            )
-        return
-    atomic.write_json(
-        path,
-        {"schema_version": LOCK_SCHEMA_VERSION, "sha256": locked.sha256, **locked.canonical()},
-    )
-
-
-def read_lock(run_dir: Path) -> LockedPlan:
-    path = run_dir / "plan.lock.json"
-    data = read_versioned(path, LOCK_SCHEMA_VERSION)
-    try:
-        plan = dict(data["plan"])
-        plan["arms"] = {name: plan["arms"][name] for name in data["arm_order"]}
-        locked = LockedPlan(plan=Plan.model_validate(plan),
-                            corpus=Corpus.model_validate(data["corpus"]), sha256=data["sha256"])
-    except (ValidationError, KeyError) as exc:
-        raise PlanError(f"{path}: not a valid plan lock ({exc})") from None
-    if _digest(locked.canonical()) != locked.sha256:
-        raise PlanError(f"{path}: the stored sha256 does not match the plan it holds")
-    return locked
+    return LockedPlan(plan=plan, corpus=corpus, sha256=digest(_canonical(plan, corpus)))
 
 
 def plan_diff(old: LockedPlan, new: LockedPlan) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from servediff import atomic, models
-from servediff.bundle import Layout, read_versioned, write_manifest
+from servediff.bundle import Layout, read_versioned, write_lock, write_manifest
 from servediff.conditions import read_conditions
 from servediff.corpus import Corpus
 from servediff.engines import registry
@@ -38,11 +38,12 @@ from servediff.evidence import (
     LoadRecord,
     Phase,
     Record,
+    Skipped,
     Stop,
     cell_name,
     load_name,
 )
-from servediff.plan import Plan, lock, write_lock
+from servediff.plan import Plan, arm_options, lock
 from servediff.probes import concurrency, generate, prefix, speed, sweep
 
 HOST = "127.0.0.1"
@@ -223,7 +224,7 @@ class Runner:
     def _run_load(self, arm: str, load: int, phase: Phase, todo: list[CellSpec], model: str,
                   weights: dict[str, str], bos: int | None) -> None:
         record = self._load_record(arm, load, phase)
-        options = registry.arm_options(self.plan, arm)
+        options = arm_options(self.plan, arm)
         if phase == "cost":
             options = self.adapter.as_configured(options)
         self.obs.load_starting(arm if phase == "drift" else f"{arm} (cost)", load,
@@ -385,14 +386,14 @@ class Runner:
         prompts, skipped = {}, []
         for length in spec.lengths:
             if limit is not None and length + spec.max_tokens > int(limit):
-                skipped.append({"length": length, "reason": f"prompt + {spec.max_tokens} "
-                                f"generated tokens exceed the context of {limit}"})
+                skipped.append(Skipped(length=length, reason=f"prompt + {spec.max_tokens} "
+                                       f"generated tokens exceed the context of {limit}"))
             else:
                 prompts[length] = concurrency.prompt_of_length(stream, head, length)
         kinds = list(spec.kinds)
         if "score" in kinds and self.adapter.concurrent_scoring_gap:
             kinds.remove("score")
-            skipped.append({"kind": "score", "reason": self.adapter.concurrent_scoring_gap})
+            skipped.append(Skipped(kind="score", reason=self.adapter.concurrent_scoring_gap))
         total = len(prompts) * len(spec.levels) * len(kinds)
         out = self._probe_cell(cell, launch, [], total, lambda advanced: concurrency.measure(
             self.adapter, client, options, prompts, spec, kinds, advanced))
@@ -426,8 +427,8 @@ class Runner:
             spec = self.plan.probes.speed
             lengths = [n for n in spec.prompt_tokens
                        if context is None or n + spec.max_tokens <= int(context)]
-            out.skipped = [{"length": n, "reason": f"prompt + {spec.max_tokens} generated "
-                            f"tokens exceed the context of {context}"}
+            out.skipped = [Skipped(length=n, reason=f"prompt + {spec.max_tokens} generated "
+                                   f"tokens exceed the context of {context}")
                            for n in spec.prompt_tokens if n not in lengths]
             self.obs.cell_starting(cell.name, len(lengths) * (spec.warmup + spec.replicates))
             out.speed = speed.measure(self.adapter, client, options, stream, head, lengths,
@@ -460,8 +461,8 @@ class Runner:
                 out.context_length = context
                 out.sweep_plan = sweep.points(spec, None if context is None else int(context))
                 if not out.sweep_plan:
-                    out.skipped = [{"reason": "the engine reports no context length and the "
-                                    "plan gives no sweep lengths"}]
+                    out.skipped = [Skipped(reason="the engine reports no context length and "
+                                           "the plan gives no sweep lengths")]
             head, _ = self._prefix(launch)
             stream = self._stream(client, options)
             done = {(p.length, p.level) for p in out.sweep}

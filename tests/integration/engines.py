@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from servediff.analysis.findings import Summary
 from servediff.engines.process import group_members
+from servediff.report.words import claim_text, signature_text
 
 # Short and long, prose, code, JSON and German: enough to see drift and to
 # check agreement between engines, small enough for 2 CPU cores.
@@ -43,6 +45,22 @@ def assert_all_stopped(run: Path) -> None:
                 assert sock.connect_ex(("127.0.0.1", launch["port"])) != 0, path
             # checked again now, by pid and process group: nothing of it is alive
             assert group_members(launch["pid"]) == [], (path, launch["pid"])
+
+
+def summary_of(run: Path) -> Summary:
+    """The run's summary.json, typed."""
+    return Summary.model_validate_json((run / "summary.json").read_text())
+
+
+def signature(run: Path, arm: str) -> str:
+    """The arm's drift signature as the report says it."""
+    return signature_text(summary_of(run).arms[arm].signature)
+
+
+def claims(run: Path, arm: str, kind: str) -> list[str]:
+    """The verdict's claims of one kind in the pair that compares `arm`, as sentences."""
+    (pair,) = [p for p in summary_of(run).verdict.pairs if p.arm == arm]
+    return [claim_text(c) for c in pair.claims if c.kind == kind]
 
 
 def probes_off(*names: str) -> str:

@@ -19,7 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.engines import DRIFT_ONLY, TAGS, assert_all_stopped, servediff
+from tests.integration.engines import (
+    DRIFT_ONLY,
+    TAGS,
+    assert_all_stopped,
+    servediff,
+    signature,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -122,7 +128,7 @@ def test_analysis_matches_the_stored_per_text_numbers(run_dir: Path):
                                 / sum(r["n_scored"] for r in recs))
             assert row["perplexity"] == pytest.approx(expected, rel=1e-12)
         moved_any = any(p["moved"] for p in data["across_load"] + data["within_load"])
-        assert (data["signature"] == "bit-identical") == (not moved_any)
+        assert (signature(run_dir, arm) == "bit-identical") == (not moved_any)
     shift = summary["arm_shifts"][0]
     one, four = nll("bs1-load1-score"), nll("bs4-load1-score")
     assert shift["moved"] == sum(one[t] != four[t] for t in TAGS)
@@ -131,7 +137,7 @@ def test_analysis_matches_the_stored_per_text_numbers(run_dir: Path):
     for c1, c2 in combinations(["bs4-load1-score", "bs4-load1-repeat-r1"], 2):
         differ = any(nll(c1)[t] != nll(c2)[t] for t in TAGS)
         if differ:
-            assert summary["arms"]["bs4"]["signature"] == "within-load"
+            assert signature(run_dir, "bs4") == "within-load"
 
 
 def test_rederive_scores_and_verify(run_dir: Path):
@@ -177,8 +183,7 @@ def test_interrupted_run_resumes_without_redoing_cells(tmp_path: Path, sig: sign
     names = sorted(p.stem for p in (tmp_path / "run" / "cells").glob("*.json"))
     assert names == sorted(f"bs1-load{n}-{c}" for n in (1, 2, 3)
                            for c in ("score", "repeat-r1", "repeat-r2"))
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["arms"]["bs1"]["signature"] != "not measured"
+    assert signature(tmp_path / "run", "bs1") != "not measured"
     # Resumed under a changed plan: refused with the difference, nothing run.
     (tmp_path / "plan.toml").write_text(one_arm.replace("loads_per_arm = 3", "loads_per_arm = 4"))
     refused = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
@@ -249,7 +254,7 @@ def test_external_endpoint_is_scored_but_never_reloaded(tmp_path: Path):
     assert launch["launches"][0]["external"] is True and launch["launches"][0]["stop"] is None
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["arms"]["plain"]["loads"][0]["ok"] == 2
-    assert any("external endpoint" in gap for gap in summary["gaps"])
+    assert any(gap["kind"] == "external endpoint" for gap in summary["gaps"])
     assert "servediff cannot reload a server it did not start" in \
         (tmp_path / "run" / "report.md").read_text()
 
@@ -279,9 +284,9 @@ def test_scoring_batch_size_within_one_load_is_named(tmp_path: Path):
     assert arm["batch_size"][0]["moved"] == moved
     assert arm["within_load"][0]["moved"] == sum(one[t] != again[t] for t in tags)
     if moved and arm["within_load"][0]["moved"] == 0:
-        assert arm["signature"] == "batch-composition (scoring batch size 1 vs 8)"
+        assert signature(run, "a") == "batch-composition (scoring batch size 1 vs 8)"
     elif not moved:
-        assert arm["signature"] == "bit-identical"
+        assert signature(run, "a") == "bit-identical"
 
 
 def test_concurrency_grid_scores_and_generates(tmp_path: Path):
@@ -300,7 +305,7 @@ def test_concurrency_grid_scores_and_generates(tmp_path: Path):
     score = [g for g in cell["groups"] if g["kind"] == "score"]
     # a scoring response is the prompt's logprobs: one per prompt token after the first
     assert {len(r["logprobs"]) for g in score for r in g["responses"]} == {63, 511}
-    sig = summary["arms"]["a"]["signature"]
+    sig = signature(run, "a")
     conc = summary["arms"]["a"]["concurrency"]
     assert ("batch-composition" in sig) == (conc["control_ok"] and conc["batch_composition"])
     assert "| score | 512 |" in (run / "report.md").read_text()

@@ -17,7 +17,7 @@ import pytest
 
 from servediff.packet import schema
 from tests.integration.browser import render
-from tests.integration.engines import assert_all_stopped, run_plan, servediff
+from tests.integration.engines import assert_all_stopped, claims, run_plan, servediff
 
 pytestmark = pytest.mark.integration
 
@@ -59,10 +59,8 @@ def test_html_report_renders_every_plot_in_chromium(run: Path, chromium: Path, t
     assert shot.stat().st_size > 10_000
     if target := os.environ.get("SERVEDIFF_SCREENSHOT"):
         shutil.copyfile(shot, target)
-    summary = json.loads((run / "summary.json").read_text())
     # twice the context: the capacity difference is named with its size
-    (pair,) = summary["verdict"]["pairs"]
-    gains = [c["text"] for c in pair["claims"] if c["kind"] == "gain"]
+    gains = claims(run, "c4096", "gain")
     assert "KV pool: `c4096` 4,096 vs `c2048` 2,048 tokens (+100%)" in gains
 
 

@@ -29,6 +29,7 @@ from tests.integration.engines import (
     rows,
     run_plan,
     servediff,
+    signature,
 )
 
 pytestmark = pytest.mark.integration
@@ -193,7 +194,7 @@ def test_llama_server_concurrency_grid_with_four_slots(tmp_path: Path, llama_ser
     assert "Skipped: score requests (llama-server has no prompt-logprob endpoint" in report
     conc = summary["arms"]["np4"]["concurrency"]
     # whatever llama.cpp does on this CPU is what the signature says
-    assert ("batch-composition" in summary["arms"]["np4"]["signature"]) == \
+    assert ("batch-composition" in signature(run, "np4")) == \
         (conc["control_ok"] and conc["batch_composition"])
 
 
@@ -205,7 +206,7 @@ def test_vllm_concurrency_grid(tmp_path: Path, vllm_python: Path):
     summary = check_concurrency_table(run, "eager", ["score", "generate"])
     assert_all_stopped(run)
     conc = summary["arms"]["eager"]["concurrency"]
-    assert ("batch-composition" in summary["arms"]["eager"]["signature"]) == \
+    assert ("batch-composition" in signature(run, "eager")) == \
         (conc["control_ok"] and conc["batch_composition"])
 
 

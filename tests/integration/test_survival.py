@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from servediff.report.costs import OUTCOME_MARK
-from tests.integration.engines import assert_all_stopped, probes_off, servediff
+from tests.integration.engines import assert_all_stopped, claims, probes_off, servediff
 
 pytestmark = pytest.mark.integration
 
@@ -135,19 +135,17 @@ def test_survival_map_and_verdict(run: Path):
         got = {(p["length"], p["level"]): p["outcome"]
                for p in costs[arm]["survival"]["points"]}
         assert got == raw
-    pairs = {p["arm"]: p for p in summary["verdict"]["pairs"]}
-    dies = [c["text"] for c in pairs["dies"]["claims"] if c["kind"] == "cost"]
+    dies = claims(run, "dies", "cost")
     assert "`dies`: the server process died at the first prompt of 2,047 tokens (SIGABRT)" \
         in dies
-    hangs = [c["text"] for c in pairs["hangs"]["claims"] if c["kind"] == "cost"]
+    hangs = claims(run, "hangs", "cost")
     assert ("`hangs`: requests hung (no answer, no work) at the first prompt of 2,047 tokens "
             "while its health check still answered") in hangs
-    survival = {c["text"] for c in pairs["dies"]["claims"] if c["kind"] == "survival"}
+    survival = set(claims(run, "dies", "survival"))
     assert ("`dies` survived single prompts up to 1,024 tokens; at 2,047 tokens the server "
             "died; levels 1, 2") in survival
     # slow is not a failure: no cost claim about the slow arm's survival
-    assert not [c for c in pairs["slow"]["claims"] if c["kind"] == "cost"
-                and "`slow`:" in c["text"]]
+    assert not [c for c in claims(run, "slow", "cost") if "`slow`:" in c]
     assert costs["slow"]["survival"]["largest_ok_length"] == {"1": 2047, "2": 2047}
     report = (run / "report.md").read_text()
     marks = {arm: {(p["length"], p["level"]): p["outcome"] for p in sweep(run, arm)["sweep"]}

@@ -87,4 +87,4 @@ def test_exact_statistics():
     assert detectable_rate(45) == pytest.approx(1 - 0.05 ** (1 / 45))
     assert mcnemar(0, 0) is None
     assert mcnemar(0, 6) == pytest.approx(2 * 0.5 ** 6)
-    assert compare({"x": TextScore(1.0)}, {"x": TextScore(2.0)}).as_dict()["moved_ci95"][0] > 0
+    assert compare({"x": TextScore(1.0)}, {"x": TextScore(2.0)}).moved_ci95[0] > 0

@@ -6,6 +6,7 @@ from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence
 from servediff.derived import write_derived
 from servediff.evidence import Record
+from servediff.report.words import signature_meaning, signature_text
 from tests.fixtures.bundles import cell, concurrency_cell, make_bundle
 
 STABLE = ["h"] * 4
@@ -24,17 +25,22 @@ def test_batch_composition_found_with_its_length_floor(tmp_path: Path):
         k: STABLE for k in outcomes})]
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",),
                                                   concurrency=True)))
-    arm = summary["arms"]["a"]
-    conc = arm["concurrency"]
-    assert conc["control_ok"] is True
-    assert conc["first_drift"] == {"length": 512, "level": 4, "kinds": ["generate"]}
-    assert arm["signature"] == \
+    arm = summary.arms["a"]
+    conc = arm.concurrency
+    assert conc.control_ok is True
+    assert conc.first_drift.model_dump() == {"length": 512, "level": 4, "kinds": ["generate"]}
+    assert signature_text(arm.signature) == \
         "batch-composition (greedy generations from 512 tokens at concurrency 4)"
-    grid = {(e["length"], e["level"]): e for e in conc["table"]["cells"]}
-    assert grid[(512, 4)]["distinct"] == 3 and grid[(512, 4)]["off_majority"] == 2
-    assert grid[(2048, 2)]["distinct"] == 2 and grid[(2048, 2)]["off_majority"] == 1
-    assert grid[(128, 4)]["distinct"] == 1 and grid[(128, 4)]["off_majority"] == 0
-    assert "concurrency" not in summary["untested"]
+    (finding,) = arm.signature.findings
+    assert (finding.kind, finding.scope, finding.length, finding.level) == \
+        ("batch-composition", "concurrency", 512, 4)
+    assert finding.evidence == ["cells/a-load1-concurrency.json",
+                                "cells/a-load2-concurrency.json"]
+    grid = {(e.length, e.level): e for e in conc.table.cells}
+    assert grid[(512, 4)].distinct == 3 and grid[(512, 4)].off_majority == 2
+    assert grid[(2048, 2)].distinct == 2 and grid[(2048, 2)].off_majority == 1
+    assert grid[(128, 4)].distinct == 1 and grid[(128, 4)].off_majority == 0
+    assert "concurrency" not in summary.untested
     root = tmp_path
     write_derived(root)
     report = (root / "report.md").read_text()
@@ -47,9 +53,11 @@ def test_failed_control_is_named_before_anything_else(tmp_path: Path):
     cells = [*score_cells("a", 1), concurrency_cell("a", 1, outcomes)]
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1,
                                                   concurrency=True)))
-    arm = summary["arms"]["a"]
-    assert arm["concurrency"]["control_ok"] is False
-    assert arm["signature"] == "non-deterministic alone (concurrency-1 control failed)"
+    arm = summary.arms["a"]
+    assert arm.concurrency.control_ok is False
+    assert signature_text(arm.signature) == \
+        "non-deterministic alone (concurrency-1 control failed)"
+    assert (arm.signature.findings[0].count, arm.signature.findings[0].of) == (1, 1)
 
 
 def test_errors_are_counted_not_compared(tmp_path: Path):
@@ -57,13 +65,13 @@ def test_errors_are_counted_not_compared(tmp_path: Path):
     cells = [*score_cells("a", 1), concurrency_cell("a", 1, outcomes)]
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1,
                                                   concurrency=True)))
-    grid = summary["arms"]["a"]["concurrency"]["table"]["cells"]
-    band = grid[1]["off_majority_ci95"]
-    assert grid[1] == {"kind": "generate", "length": 256, "level": 2, "distinct": 1,
+    grid = summary.arms["a"].concurrency.table.cells
+    band = grid[1].off_majority_ci95
+    assert grid[1].model_dump() == {"kind": "generate", "length": 256, "level": 2, "distinct": 1,
                        "off_majority": 0, "requests": 4, "errors": 1,
                        "off_majority_ci95": [0.0, band[1]]}
-    assert grid[1]["off_majority_ci95"][1] > 0.5  # 0 of 3: the interval stays wide
-    assert summary["arms"]["a"]["signature"] == "bit-identical"
+    assert grid[1].off_majority_ci95[1] > 0.5  # 0 of 3: the interval stays wide
+    assert summary.arms["a"].signature.name == "bit-identical"
 
 
 def test_generation_that_differs_between_loads_is_across_load(tmp_path: Path):
@@ -72,8 +80,8 @@ def test_generation_that_differs_between_loads_is_across_load(tmp_path: Path):
               concurrency_cell("a", 2, {(256, 1): ["g"] * 4, (256, 2): ["g"] * 4})]
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",),
                                                   concurrency=True)))
-    assert summary["arms"]["a"]["signature"] == "across-load only"
-    assert summary["arms"]["a"]["concurrency"]["across_loads"] == [
+    assert signature_text(summary.arms["a"].signature) == "across-load only"
+    assert [x.model_dump() for x in summary.arms["a"].concurrency.across_loads] == [
         {"kind": "generate", "length": 256, "loads": [1, 2], "distinct": 2}]
 
 
@@ -86,15 +94,15 @@ def batch_cell(shift: float):
 def test_scoring_batch_size_is_named_batch_composition(tmp_path: Path):
     cells = [*score_cells("a", 1), batch_cell(2e-05)]
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1)))
-    arm = summary["arms"]["a"]
-    assert arm["batch_size"][0]["moved"] == 1 and arm["batch_size"][0]["batch_size"] == 8
-    assert arm["signature"] == "batch-composition (scoring batch size 1 vs 8)"
+    arm = summary.arms["a"]
+    assert arm.batch_size[0].moved == 1 and arm.batch_size[0].batch_size == 8
+    assert signature_text(arm.signature) == "batch-composition (scoring batch size 1 vs 8)"
 
 
 def test_batch_size_without_effect_stays_bit_identical(tmp_path: Path):
     cells = [*score_cells("a", 1), batch_cell(0.0)]
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1)))
-    assert summary["arms"]["a"]["signature"] == "bit-identical"
+    assert summary.arms["a"].signature.name == "bit-identical"
 
 
 def generate_cell(arm: str, load: int, outputs: dict[str, list[list[int]]]):
@@ -122,21 +130,21 @@ def test_generation_divergence_positions(tmp_path: Path):
              *score_cells("b", 1), *score_cells("b", 2), generate_cell("b", 1, same),
              generate_cell("b", 2, {**same, "alpha": [[5, 6, 7], [5, 6, 8]]})]
     summary = summarize(read_evidence(make_bundle(tmp_path, cells)))
-    a = summary["arms"]["a"]["generation"]
-    assert [w["diverged"] for w in a["within_load"]] == [0, 0]
-    (pair,) = a["across_load"]
-    assert pair["diverged"] == 1
-    d = pair["divergences"][0]
-    assert (d["tag"], d["first_position"], d["differs_in"]) == ("beta", 1, "tokens")
-    assert (d["a_continuation"], d["b_continuation"]) == ([2, 3], [9, 9])
-    assert summary["arms"]["a"]["signature"] == "across-load only"
-    b = summary["arms"]["b"]
-    assert b["generation"]["within_load"][1]["divergences"][0]["first_position"] == 2
-    assert b["signature"].startswith("within-load")
-    (shift,) = summary["generation_arm_shifts"]
-    assert (shift["prompts"], shift["diverged"], shift["divergences"]) == (2, 0, [])
-    assert shift["diverged_ci95"][0] == 0.0
-    assert "generate" in summary["untested"]  # the fixture plan did not enable it
+    a = summary.arms["a"].generation
+    assert [w.diverged for w in a.within_load] == [0, 0]
+    (pair,) = a.across_load
+    assert pair.diverged == 1
+    d = pair.divergences[0]
+    assert (d.tag, d.first_position, d.differs_in) == ("beta", 1, "tokens")
+    assert (d.a_continuation, d.b_continuation) == ([2, 3], [9, 9])
+    assert signature_text(summary.arms["a"].signature) == "across-load only"
+    b = summary.arms["b"]
+    assert b.generation.within_load[1].divergences[0].first_position == 2
+    assert signature_text(b.signature).startswith("within-load")
+    (shift,) = summary.generation_arm_shifts
+    assert (shift.prompts, shift.diverged, shift.divergences) == (2, 0, [])
+    assert shift.diverged_ci95[0] == 0.0
+    assert "generate" in summary.untested  # the fixture plan did not enable it
 
 
 def test_scoring_and_generation_requests_have_their_own_rows(tmp_path: Path):
@@ -147,15 +155,15 @@ def test_scoring_and_generation_requests_have_their_own_rows(tmp_path: Path):
     cells = [*score_cells("a", 1), concurrency_cell("a", 1, outcomes)]
     root = make_bundle(tmp_path, cells, arms=("a",), loads=1, concurrency=True)
     summary = summarize(read_evidence(root))
-    conc = summary["arms"]["a"]["concurrency"]
-    assert conc["table"]["kinds"] == ["score", "generate"]
-    grid = {(e["kind"], e["length"], e["level"]): e for e in conc["table"]["cells"]}
-    assert grid[("score", 256, 2)]["distinct"] == 2
-    assert grid[("generate", 256, 2)]["distinct"] == 1
-    assert grid[("score", 1024, 2)]["off_majority"] == 2
+    conc = summary.arms["a"].concurrency
+    assert conc.table.kinds == ["score", "generate"]
+    grid = {(e.kind, e.length, e.level): e for e in conc.table.cells}
+    assert grid[("score", 256, 2)].distinct == 2
+    assert grid[("generate", 256, 2)].distinct == 1
+    assert grid[("score", 1024, 2)].off_majority == 2
     # only scoring requests drift at 256 tokens: the floor is named per kind
-    assert conc["first_drift"] == {"length": 256, "level": 2, "kinds": ["score"]}
-    assert summary["arms"]["a"]["signature"] == \
+    assert conc.first_drift.model_dump() == {"length": 256, "level": 2, "kinds": ["score"]}
+    assert signature_text(summary.arms["a"].signature) == \
         "batch-composition (scoring requests from 256 tokens at concurrency 2)"
     write_derived(root)
     report = (root / "report.md").read_text()
@@ -172,14 +180,14 @@ def test_cached_responses_that_differ_are_cache_dependent(tmp_path: Path):
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1,
                                                   concurrency=True,
                                                   prefix_cache={"a": True})))
-    arm = summary["arms"]["a"]
-    splits = arm["concurrency"]["cache_splits"]
-    assert [(s["length"], s["level"], s["differ"]) for s in splits] == [
+    arm = summary.arms["a"]
+    splits = arm.concurrency.cache_splits
+    assert [(s.length, s.level, s.differ) for s in splits] == [
         (128, 1, False), (128, 2, False), (512, 1, True), (512, 2, True)]
-    assert splits[2]["cached"] == 3 and splits[2]["uncached"] == 1
-    assert "cache-dependent (2 of 4 groups" in arm["signature"]
-    assert arm["prefix_cache"] is True
-    assert "prefix cache" in arm["signature_meaning"]
+    assert splits[2].cached == 3 and splits[2].uncached == 1
+    assert "cache-dependent (2 of 4 groups" in signature_text(arm.signature)
+    assert arm.prefix_cache is True
+    assert "prefix cache" in signature_meaning(arm.signature)
 
 
 def test_within_load_drift_only_with_the_cache_on_is_cache_dependent(tmp_path: Path):
@@ -187,9 +195,9 @@ def test_within_load_drift_only_with_the_cache_on_is_cache_dependent(tmp_path: P
              cell("on", 1), cell("on", 1, "repeat", 1, shifts={"beta": 1e-4})]
     summary = summarize(read_evidence(make_bundle(
         tmp_path, cells, arms=("off", "on"), loads=1, prefix_cache={"on": True})))
-    assert summary["arms"]["off"]["signature"] == "bit-identical"
-    assert summary["arms"]["off"]["prefix_cache"] is False
-    assert summary["arms"]["on"]["signature"] == (
+    assert summary.arms["off"].signature.name == "bit-identical"
+    assert summary.arms["off"].prefix_cache is False
+    assert signature_text(summary.arms["on"].signature) == (
         "within-load + cache-dependent (prefix cache on; `off` with it off held still "
         "within its loads)")
 
@@ -199,4 +207,4 @@ def test_within_load_drift_with_both_caches_off_is_not_cache_dependent(tmp_path:
              cell("on", 1), cell("on", 1, "repeat", 1, shifts={"beta": 1e-4})]
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("off", "on"),
                                                   loads=1)))
-    assert summary["arms"]["on"]["signature"] == "within-load"
+    assert signature_text(summary.arms["on"].signature) == "within-load"

@@ -9,6 +9,7 @@ from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence, verify
 from servediff.derived import write_derived
 from servediff.errors import IntegrityError, SchemaVersionError
+from servediff.report.words import gap_text, signature_text
 from tests.fixtures.bundles import cell, make_bundle
 
 
@@ -22,78 +23,78 @@ def test_bit_identical_arm_and_across_load_only_arm(tmp_path: Path):
     cells = stable("a", 1) + stable("a", 2)
     cells += stable("b", 1) + stable("b", 2, shifts={"beta": 0.5, "gamma": -0.25})
     summary = summarize(read_evidence(make_bundle(tmp_path, cells)))
-    a, b = summary["arms"]["a"], summary["arms"]["b"]
-    assert a["signature"] == "bit-identical"
-    assert b["signature"] == "across-load only"
-    pair = b["across_load"][0]
-    assert (pair["moved"], pair["compared"]) == (2, 4)
-    assert pair["max_abs_delta"] == 0.5 and pair["max_tag"] == "beta"
-    assert pair["moved_tags"] == ["beta", "gamma"]
-    assert [w["moved"] for w in b["within_load"]] == [0, 0]
-    assert b["loads"][0]["perplexity"] != b["loads"][1]["perplexity"]
+    a, b = summary.arms["a"], summary.arms["b"]
+    assert a.signature.name == "bit-identical"
+    assert signature_text(b.signature) == "across-load only"
+    pair = b.across_load[0]
+    assert (pair.moved, pair.compared) == (2, 4)
+    assert pair.max_abs_delta == 0.5 and pair.max_tag == "beta"
+    assert pair.moved_tags == ["beta", "gamma"]
+    assert [w.moved for w in b.within_load] == [0, 0]
+    assert b.loads[0].perplexity != b.loads[1].perplexity
     # a and b share identical first loads: no arm shift
-    assert summary["arm_shifts"][0]["moved"] == 0
-    assert summary["arm_shifts"][0]["bit_identical"]
-    assert summary["arm_shifts"][0]["signature"] == "no arm shift"
-    assert summary["arm_shifts"][0]["reload_discordant"] == {
+    assert summary.arm_shifts[0].moved == 0
+    assert summary.arm_shifts[0].bit_identical
+    assert summary.arm_shifts[0].signature == "no arm shift"
+    assert summary.arm_shifts[0].reload_discordant.model_dump() == {
         "texts": 4, "moved_in_a_only": 0, "moved_in_b_only": 2, "mcnemar_p": 0.5}
-    assert pair["moved_ci95"][0] > 0.0 and pair["moved_ci95"][1] < 1.0
+    assert pair.moved_ci95[0] > 0.0 and pair.moved_ci95[1] < 1.0
 
 
 def test_within_load_signature_and_arm_shift(tmp_path: Path):
     cells = stable("a", 1, rep_shifts={"delta": 1e-9}) + stable("a", 2)
     cells += stable("b", 1, shifts={"alpha": 0.01}) + stable("b", 2, shifts={"alpha": 0.01})
     summary = summarize(read_evidence(make_bundle(tmp_path, cells)))
-    assert summary["arms"]["a"]["signature"] == "within-load"
-    assert summary["arms"]["a"]["within_load"][0]["moved_tags"] == ["delta"]
-    assert summary["arms"]["b"]["signature"] == "bit-identical"
-    shift = summary["arm_shifts"][0]
-    assert (shift["arm_a"], shift["arm_b"], shift["moved"], shift["max_tag"]) == \
+    assert signature_text(summary.arms["a"].signature) == "within-load"
+    assert summary.arms["a"].within_load[0].moved_tags == ["delta"]
+    assert summary.arms["b"].signature.name == "bit-identical"
+    shift = summary.arm_shifts[0]
+    assert (shift.arm_a, shift.arm_b, shift.moved, shift.max_tag) == \
         ("a", "b", 1, "alpha")
     # arm a drifts within a load, so the difference is not a clean arm shift
-    assert shift["signature"] == "arms differ, and at least one arm also drifts by itself"
+    assert shift.signature == "arms differ and an arm drifts"
 
 
 def test_clean_arm_shift(tmp_path: Path):
     cells = stable("a", 1) + stable("a", 2)
     cells += stable("b", 1, shifts={"gamma": 0.1}) + stable("b", 2, shifts={"gamma": 0.1})
     summary = summarize(read_evidence(make_bundle(tmp_path, cells)))
-    assert summary["arm_shifts"][0]["signature"] == "arm shift"
-    assert summary["arm_shifts"][0]["moved_tags"] == ["gamma"]
+    assert summary.arm_shifts[0].signature == "arm shift"
+    assert summary.arm_shifts[0].moved_tags == ["gamma"]
 
 
 def test_threshold_turns_tiny_moves_into_stable(tmp_path: Path):
     cells = stable("a", 1) + stable("a", 2, shifts={"beta": 1e-6})
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",),
                                                   threshold=1e-3)))
-    assert summary["arms"]["a"]["signature"] == "stable within threshold"
-    assert summary["arms"]["a"]["across_load"][0]["moved"] == 0
-    assert not summary["arms"]["a"]["across_load"][0]["bit_identical"]
+    assert summary.arms["a"].signature.name == "stable within threshold"
+    assert summary.arms["a"].across_load[0].moved == 0
+    assert not summary.arms["a"].across_load[0].bit_identical
 
 
 def test_repeat_from_another_launch_is_not_called_within_load(tmp_path: Path):
     cells = stable("a", 1, rep_shifts={"beta": 0.3}, launch=2) + stable("a", 2)
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",))))
-    arm = summary["arms"]["a"]
-    assert arm["within_load_skipped"] == [
-        {"load": 1, "repeat": 1, "reason": "score and repeat come from different launches"}]
-    assert arm["signature"] == "bit-identical"
+    arm = summary.arms["a"]
+    assert [x.model_dump() for x in arm.within_load_skipped] == [
+        {"load": 1, "repeat": 1, "reason": "different launches"}]
+    assert arm.signature.name == "bit-identical"
 
 
 def test_invalid_rows_are_counted_and_left_out(tmp_path: Path):
     cells = [cell("a", 1, status={"gamma": "invalid"}), cell("a", 2)]
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), repeats=0)))
-    assert summary["invalid_rows"] == 1
-    assert summary["arms"]["a"]["across_load"][0]["compared"] == 3
-    assert "within-load drift: no repeat probe was run" in summary["gaps"]
+    assert summary.invalid_rows == 1
+    assert summary.arms["a"].across_load[0].compared == 3
+    assert "within-load drift: no repeat probe was run" in [gap_text(g) for g in summary.gaps]
 
 
 def test_missing_loads_and_untested_probes_are_listed(tmp_path: Path):
     summary = summarize(read_evidence(make_bundle(tmp_path, [cell("a", 1)], arms=("a",))))
-    assert summary["arms"]["a"]["signature"] == "not measured"
-    assert "a: 1 of 2 planned loads have a score cell" in summary["gaps"]
+    assert summary.arms["a"].signature.name == "not measured"
+    assert "a: 1 of 2 planned loads have a score cell" in [gap_text(g) for g in summary.gaps]
     assert {"concurrency", "speed", "sweep", "prefix", "capacity", "generate"} <= \
-        set(summary["untested"])
+        set(summary.untested)
 
 
 def test_verify_names_a_changed_byte(tmp_path: Path):

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from servediff.errors import CorpusError, PlanError, PlanMismatchError
-from servediff.plan import load_plan_file, lock, read_lock, write_lock
+from servediff.bundle import read_lock, write_lock
+from servediff.errors import BundleError, CorpusError, PlanError, PlanMismatchError
+from servediff.plan import load_plan_file, lock
 
 GOOD = """
 name = "t"
@@ -112,7 +113,7 @@ def test_tampered_lock_is_detected(write, tmp_path: Path):
     write_lock(tmp_path / "run", lock(plan, corpus))
     path = tmp_path / "run" / "plan.lock.json"
     path.write_text(path.read_text().replace('"loads_per_arm": 2', '"loads_per_arm": 3'))
-    with pytest.raises(PlanError, match="stored sha256 does not match"):
+    with pytest.raises(BundleError, match="stored sha256 does not match"):
         read_lock(tmp_path / "run")
 
 

@@ -108,4 +108,5 @@ def test_export_and_report_formats_from_the_cli(tmp_path: Path, capsys: pytest.C
     assert cli("report", str(root), "--format", "json", "--stdout") == 0
     printed = capsys.readouterr().out
     assert json.loads(printed[: printed.rindex("}") + 1])["verdict"]["pairs"]
-    assert json.loads((root / "summary.json").read_text()) == summarize(read_evidence(root))
+    assert json.loads((root / "summary.json").read_text()) == \
+        summarize(read_evidence(root)).model_dump(mode="json")

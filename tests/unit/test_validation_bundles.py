@@ -1,9 +1,13 @@
-"""The GPU validation bundles committed under docs/validation re-derive here, with no GPU.
+"""Bundles written by an earlier servediff re-derive here to the numbers they were written with.
 
-Each bundle was measured on an NVIDIA H200 (docs/validation/README.md); this
-re-derives every number of its summary from its raw files on whatever machine
-runs the tests, checks every file against its manifest, and checks the
-headline findings the README quotes.
+The GPU validation bundles under docs/validation were measured on an NVIDIA
+H200 (docs/validation/README.md) and `tests/fixtures/demo-eda12b9.tar.gz` is
+`servediff demo` run on a 2-core CPU at commit eda12b9; all four hold a
+`summary.json` of schema 1, which said signatures, claims and gaps in
+sentences. Re-derived from their raw files on whatever machine runs the
+tests, every number and identifier of that summary must come out the same,
+at the same place, in today's schema; every file must match its manifest; and
+the headline findings the README quotes must hold.
 """
 
 from __future__ import annotations
@@ -14,40 +18,82 @@ from pathlib import Path
 
 import pytest
 
+from servediff.analysis.numbers import differences
 from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence, verify
+from servediff.cli import main
+from servediff.report.words import signature_text
 
-VALIDATION = Path(__file__).resolve().parents[2] / "docs" / "validation"
-BUNDLES = ["h200-transformers-numerics", "h200-transformers-cost", "h200-llama-cuda"]
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLES = {"h200-transformers-numerics": ROOT / "docs" / "validation",
+           "h200-transformers-cost": ROOT / "docs" / "validation",
+           "h200-llama-cuda": ROOT / "docs" / "validation",
+           "demo-eda12b9": ROOT / "tests" / "fixtures"}
 
 
 def unpack(name: str, into: Path) -> Path:
-    with tarfile.open(VALIDATION / f"{name}.tar.gz") as tar:
+    with tarfile.open(BUNDLES[name] / f"{name}.tar.gz") as tar:
         tar.extractall(into, filter="data")
     return into / name
 
 
-@pytest.mark.parametrize("name", BUNDLES)
-def test_bundle_rederives_to_its_summary(name: str, tmp_path: Path):
+@pytest.mark.parametrize("name", list(BUNDLES))
+def test_bundle_rederives_to_the_numbers_it_was_written_with(name: str, tmp_path: Path):
     root = unpack(name, tmp_path)
     assert verify(root) > 10
-    summary = json.loads((root / "summary.json").read_text())
-    assert summarize(read_evidence(root)) == summary
-    gpus = {g for c in read_evidence(root).cells for g in [x["name"] for x in c.conditions.gpus]}
-    assert gpus == {"NVIDIA H200"}
+    stored = json.loads((root / "summary.json").read_text())
+    assert stored["schema_version"] == 1
+    derived = json.loads(summarize(read_evidence(root)).model_dump_json())
+    compared, diffs = differences(stored, derived, limit=0)
+    assert diffs == []
+    assert compared > 700  # speed values, bands, deltas, counts, outcomes, evidence paths
+
+
+def test_a_changed_number_is_named(tmp_path: Path):
+    root = unpack("h200-transformers-cost", tmp_path)
+    stored = json.loads((root / "summary.json").read_text())
+    stored["costs"]["bf16"]["startup"]["mean"] += 1e-9
+    derived = json.loads(summarize(read_evidence(root)).model_dump_json())
+    _, diffs = differences(stored, derived)
+    assert len(diffs) == 1 and diffs[0].startswith("costs.bf16.startup.mean: ")
+
+
+def test_rederive_on_an_older_bundle_checks_its_numbers(tmp_path: Path, capsys):
+    root = unpack("demo-eda12b9", tmp_path)
+    with pytest.raises(SystemExit) as done:
+        main(["rederive", str(root)])
+    assert done.value.code == 0
+    err = capsys.readouterr().err
+    assert "re-derived summary equals the" in err and "(schema 1, an earlier servediff)" in err
+    # `report` rewrites the derived files in today's schema; the raw files are untouched
+    with pytest.raises(SystemExit) as done:
+        main(["report", str(root)])
+    assert done.value.code == 0
+    assert json.loads((root / "summary.json").read_text())["schema_version"] == 2
+    assert verify(root) > 10
+
+
+def test_gpu_bundles_ran_on_the_h200(tmp_path: Path):
+    for name in ("h200-transformers-numerics", "h200-transformers-cost", "h200-llama-cuda"):
+        evidence = read_evidence(unpack(name, tmp_path))
+        assert {g.name for c in evidence.cells for g in c.conditions.gpus} == {"NVIDIA H200"}
 
 
 def test_the_findings_the_readme_quotes(tmp_path: Path):
-    numerics = json.loads((unpack(BUNDLES[0], tmp_path) / "summary.json").read_text())
-    arms = numerics["arms"]
-    assert all(len(a["across_load"]) == 3 for a in arms.values())  # 3 cold loads per arm
-    assert all(p["moved"] == 0 for a in arms.values() for p in a["across_load"])
-    assert [arms[a]["batch_size"][0]["moved"] for a in ("fp32", "tf32", "bf16")] == [16, 12, 14]
-    assert arms["bf16"]["concurrency"]["control_ok"] is False
-    assert arms["fp32"]["concurrency"]["control_ok"] is True
-    llama = json.loads((unpack(BUNDLES[2], tmp_path) / "summary.json").read_text())
+    numerics = summarize(read_evidence(unpack("h200-transformers-numerics", tmp_path)))
+    arms = numerics.arms
+    assert all(len(a.across_load) == 3 for a in arms.values())  # 3 cold loads per arm
+    assert all(p.moved == 0 for a in arms.values() for p in a.across_load)
+    assert [arms[a].batch_size[0].moved for a in ("fp32", "tf32", "bf16")] == [16, 12, 14]
+    assert signature_text(arms["fp32"].signature) == \
+        "batch-composition (scoring batch size 1 vs 8)"
+    assert arms["bf16"].concurrency and arms["bf16"].concurrency.control_ok is False
+    assert arms["fp32"].concurrency and arms["fp32"].concurrency.control_ok is True
+    llama = summarize(read_evidence(unpack("h200-llama-cuda", tmp_path)))
     for arm in ("fa_off", "fa_on"):
-        conc = llama["arms"][arm]["concurrency"]
-        assert conc["control_ok"] is True
-        assert conc["first_drift"] == {"length": 128, "level": 2, "kinds": ["generate"]}
-        assert llama["costs"][arm]["survival"]["largest_ok_length"] == {"1": 8191, "4": 8191}
+        conc = llama.arms[arm].concurrency
+        assert conc is not None and conc.control_ok is True
+        assert conc.first_drift and conc.first_drift.model_dump() == {
+            "length": 128, "level": 2, "kinds": ["generate"]}
+        survival = llama.costs[arm].survival
+        assert survival and survival.largest_ok_length == {"1": 8191, "4": 8191}

@@ -17,6 +17,7 @@ import pytest
 from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence
 from servediff.derived import write_derived
+from servediff.report.words import claim_text, fix_text, headline
 from tests.fixtures.bundles import (
     cell,
     make_bundle,
@@ -59,35 +60,36 @@ def summary(tmp_path: Path) -> dict:
 
 
 def test_every_cost_of_the_north_star_is_named(summary: dict):
-    (pair,) = summary["verdict"]["pairs"]
-    assert (pair["baseline"], pair["arm"]) == ("stock", "pinned")
-    costs = [c["text"] for c in pair["claims"] if c["kind"] == "cost"]
+    (pair,) = summary.verdict.pairs
+    assert (pair.baseline, pair.arm) == ("stock", "pinned")
+    costs = [claim_text(c) for c in pair.claims if c.kind == "cost"]
     assert any("KV pool: `pinned` 93,574 vs `stock` 324,186 tokens (-71%)" in c for c in costs)
     assert any("died at the first prompt of 8,192 tokens (SIGABRT)" in c for c in costs)
     assert any("died at the first 4 concurrent prompts of 2,048 tokens" in c for c in costs)
     assert any(c.startswith("prefix reuse lost: a repeated 4,128-token prompt gets 0 cached "
                             "tokens under `pinned` vs 4,096 under `stock`") for c in costs)
     assert any("maximum concurrency" in c for c in costs)
-    assert pair["costs"] == len(costs) == 5
-    assert pair["headline"].startswith("`pinned` vs `stock`: 5 cost(s) found: ")
+    assert pair.costs == len(costs) == 5
+    assert headline(pair).startswith("`pinned` vs `stock`: 5 cost(s) found: ")
     # speed differs by less than the noise band: said as such, with the band
-    speed = [c for c in pair["claims"] if c["text"].startswith("decode tok/s")]
-    assert speed and all(c["kind"] == "within noise" and "95 % band" in c["text"]
+    speed = [c for c in pair.claims if claim_text(c).startswith("decode tok/s")]
+    assert speed and all(c.kind == "within noise" and "95 % band" in claim_text(c)
                          for c in speed)
     # the drift it fixed, with the counts
-    drift = [c["text"] for c in pair["claims"] if c["kind"] == "drift"]
+    drift = [claim_text(c) for c in pair.claims if c.kind == "drift"]
     assert drift == ["`stock` moved 2 of 4 texts between cold loads 1 and 2 (max |dNLL| 8.81)"]
-    assert pair["fix"].startswith("`pinned` stopped the reload drift that `stock` showed, "
-                                  "at these measured costs: KV pool")
+    assert (fix_text(pair) or "").startswith(
+        "`pinned` stopped the reload drift that `stock` showed, at these measured costs: KV pool")
     # the survival map: stock held to the context, its refusal past it is no failure
-    stock = summary["costs"]["stock"]["survival"]
-    assert stock["largest_ok_length"] == {"1": CONTEXT - 1, "4": CONTEXT - 1}
-    assert all(v is None for v in stock["first_failure"].values())
-    assert summary["costs"]["pinned"]["survival"]["largest_ok_length"]["1"] == 4096
+    stock = summary.costs["stock"].survival
+    assert stock.largest_ok_length == {"1": CONTEXT - 1, "4": CONTEXT - 1}
+    assert all(v is None for v in stock.first_failure.values())
+    assert summary.costs["pinned"].survival.largest_ok_length["1"] == 4096
 
 
 def test_the_verdict_never_says_free(summary: dict, tmp_path: Path):
-    text = json.dumps(summary["verdict"])
+    text = json.dumps(summary.verdict.model_dump(mode="json")) + " ".join(
+        claim_text(c) + headline(p) for p in summary.verdict.pairs for c in p.claims)
     assert not re.search(r"\bfree\b", text, re.IGNORECASE)
     root = north_star(tmp_path / "again")
     write_derived(root)
@@ -105,14 +107,14 @@ def test_no_cost_found_is_stated_with_its_regime_and_what_was_not_tested(tmp_pat
         for load in (1, 2):
             cells.append(speed_cell(arm, load, [100.0, 101.0, 99.0], [0.2, 0.21, 0.19]))
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, cost=True)))
-    (pair,) = summary["verdict"]["pairs"]
-    assert pair["costs"] == 0
-    assert pair["headline"].startswith(
+    (pair,) = summary.verdict.pairs
+    assert pair.costs == 0
+    assert headline(pair).startswith(
         "`b` vs `a`: no cost observed within speed at 512 prompt tokens with 64 output "
         "tokens, one request at a time")
     # sweep and prefix were planned but nothing came back; capacity is not reported
-    assert "Not tested: capacity, concurrency, generate, prefix, sweep" in pair["headline"]
-    assert set(summary["untested"]) == {"capacity", "concurrency", "generate", "prefix",
+    assert "Not tested: capacity, concurrency, generate, prefix, sweep" in headline(pair)
+    assert set(summary.untested) == {"capacity", "concurrency", "generate", "prefix",
                                         "sweep"}
 
 
@@ -122,11 +124,11 @@ def test_a_speed_difference_outside_the_band_is_a_cost_with_its_size(tmp_path: P
         cells.append(speed_cell("a", load, [100.0, 101.0, 99.0], [0.2, 0.21, 0.19]))
         cells.append(speed_cell("b", load, [80.0, 81.0, 79.0], [0.2, 0.21, 0.19]))
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, loads=1, cost=True)))
-    (pair,) = summary["verdict"]["pairs"]
-    (decode,) = [c for c in pair["claims"] if c["text"].startswith("decode tok/s")]
-    assert decode["kind"] == "cost"
-    assert "`b` 80 vs `a` 100 (-20.0%), a cost outside the noise" in decode["text"]
-    assert pair["headline"].startswith("`b` vs `a`: 1 cost(s) found: decode tok/s")
+    (pair,) = summary.verdict.pairs
+    (decode,) = [c for c in pair.claims if claim_text(c).startswith("decode tok/s")]
+    assert decode.kind == "cost"
+    assert "`b` 80 vs `a` 100 (-20.0%), a cost outside the noise" in claim_text(decode)
+    assert headline(pair).startswith("`b` vs `a`: 1 cost(s) found: decode tok/s")
 
 
 def test_monotone_replicates_are_flagged(tmp_path: Path):
@@ -134,18 +136,19 @@ def test_monotone_replicates_are_flagged(tmp_path: Path):
              speed_cell("a", 2, [93.0, 90.0, 88.0], [0.2, 0.2, 0.2])]
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1,
                                                   cost=True)))
-    speed = summary["costs"]["a"]["speed"]
-    assert speed["monotone_drift"] == [{"prompt_tokens": 512, "metric": "decode_tok_s"}]
-    assert speed["per_length"][0]["replicates"] == 6  # the warm-up replicates are dropped
+    speed = summary.costs["a"].speed
+    assert [t.model_dump() for t in speed.monotone_drift] == [
+        {"prompt_tokens": 512, "metric": "decode_tok_s"}]
+    assert speed.per_length[0].replicates == 6  # the warm-up replicates are dropped
 
 
 def test_two_replicates_give_no_band(tmp_path: Path):
     cells = [cell(arm, 1) for arm in ("a", "b")]
     cells += [speed_cell(arm, 1, [100.0, 90.0], [0.2, 0.3]) for arm in ("a", "b")]
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, loads=1, cost=True)))
-    (pair,) = summary["verdict"]["pairs"]
-    speed = [c for c in pair["claims"] if "decode tok/s" in c["text"]]
-    assert speed[0]["kind"] == "note" and "not enough replicates" in speed[0]["text"]
+    (pair,) = summary.verdict.pairs
+    speed = [c for c in pair.claims if "decode tok/s" in claim_text(c)]
+    assert speed[0].kind == "note" and "not enough replicates" in claim_text(speed[0])
 
 
 def test_an_error_inside_the_context_is_a_failure_past_it_is_not(tmp_path: Path):
@@ -153,9 +156,9 @@ def test_an_error_inside_the_context_is_a_failure_past_it_is_not(tmp_path: Path)
     cells = [cell("a", 1), cell("b", 1), sweep_cell("a", 2048, {
         (1024, 1): "ok", (2047, 1): "ok", (2560, 1): "error"}), sweep_cell("b", 2048, outcomes)]
     summary = summarize(read_evidence(make_bundle(tmp_path, cells, loads=1, cost=True)))
-    a, b = summary["costs"]["a"]["survival"], summary["costs"]["b"]["survival"]
-    assert a["first_failure"] == {"1": None} and a["largest_ok_length"] == {"1": 2047}
-    assert b["first_failure"]["1"]["length"] == 2047
-    (pair,) = summary["verdict"]["pairs"]
+    a, b = summary.costs["a"].survival, summary.costs["b"].survival
+    assert a.first_failure == {"1": None} and a.largest_ok_length == {"1": 2047}
+    assert b.first_failure["1"].length == 2047
+    (pair,) = summary.verdict.pairs
     assert "`b`: error response at the first prompt of 2,047 tokens (HTTP 400)" in [
-        c["text"] for c in pair["claims"] if c["kind"] == "cost"]
+        claim_text(c) for c in pair.claims if c.kind == "cost"]

@@ -9,10 +9,10 @@ tag scored with different ids is counted apart, never compared.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from servediff.analysis import stats
+from servediff.analysis.findings import Comparison
 
 
 @dataclass(frozen=True)
@@ -20,38 +20,6 @@ class TextScore:
     sum_nll: float
     token_ids: Sequence[int] | None = None
     token_logprobs: Sequence[float] | None = None
-
-
-@dataclass(frozen=True)
-class Comparison:
-    compared: int
-    moved: int
-    moved_tags: list[str]
-    max_abs_delta: float
-    max_tag: str | None
-    mean_delta: float
-    bit_identical: bool
-    ids_differ: list[str] = field(default_factory=list)
-    only_a: list[str] = field(default_factory=list)
-    only_b: list[str] = field(default_factory=list)
-    # b - a per compared text: what the report plots per text
-    deltas: dict[str, float] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "compared": self.compared,
-            "moved": self.moved,
-            "moved_tags": self.moved_tags,
-            "moved_ci95": stats.exact_ci(self.moved, self.compared),
-            "max_abs_delta": self.max_abs_delta,
-            "max_tag": self.max_tag,
-            "mean_delta": self.mean_delta,
-            "bit_identical": self.bit_identical,
-            "ids_differ": self.ids_differ,
-            "only_a": self.only_a,
-            "only_b": self.only_b,
-            "deltas": self.deltas,
-        }
 
 
 def moved(delta: float, threshold: float) -> bool:
@@ -83,6 +51,7 @@ def compare(a: Mapping[str, TextScore], b: Mapping[str, TextScore],
         compared=len(tags),
         moved=len(moved_tags),
         moved_tags=moved_tags,
+        moved_ci95=stats.exact_ci(len(moved_tags), len(tags)),
         max_abs_delta=max_abs,
         max_tag=max_tag if max_abs > 0 else None,
         mean_delta=sum(deltas.values()) / len(deltas) if deltas else 0.0,

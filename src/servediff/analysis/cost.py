@@ -4,6 +4,8 @@ Pure functions of cost cells and load records. Noise bands are bootstrap
 intervals with a fixed seed, so `servediff rederive` prints the same band the
 run printed. A difference between two arms is a cost or a gain only when its
 interval excludes zero; otherwise it is "within noise", stated with the band.
+The comparisons between arms are made here, once (`compare_arms`); the
+verdict reads them and never recomputes a number.
 """
 
 from __future__ import annotations
@@ -11,23 +13,45 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import get_args
 
 import numpy as np
 from scipy import stats as sps
 
+from servediff.analysis.findings import (
+    ArmCosts,
+    Capacity,
+    CapacitySeen,
+    CostComparison,
+    Gap,
+    Metric,
+    MetricStats,
+    Prefix,
+    PrefixLoad,
+    Speed,
+    SpeedAtLength,
+    SpeedComparison,
+    SpeedVerdict,
+    Startup,
+    StartupComparison,
+    Survival,
+    SweepPointView,
+    Trend,
+)
 from servediff.analysis.stats import stable
-from servediff.bundle import Evidence
-from servediff.evidence import Cell, SweepPoint, cell_name
+from servediff.bundle import Evidence, Layout
+from servediff.evidence import Cell, SweepPoint
 
 SEED = 20261130
 RESAMPLES = 4000
 MIN_REPLICATES = 3
-# metric -> True when higher is better
-METRICS = {"decode_tok_s": True, "prefill_tok_s": True, "ttft_s": False}
+METRICS: tuple[Metric, ...] = get_args(Metric)
+HIGHER_IS_BETTER: dict[Metric, bool] = {"decode_tok_s": True, "prefill_tok_s": True,
+                                        "ttft_s": False}
+SLOTS = ("max_concurrency", "total_slots", "max_running_requests", "max_num_seqs")
 
 
-def _band(values: Sequence[float]) -> list[float] | None:
+def band(values: Sequence[float]) -> list[float] | None:
     """95 % bootstrap interval of the mean of `values`."""
     if len(values) < 2 or len(set(values)) == 1:
         return [float(values[0])] * 2 if values else None
@@ -37,7 +61,7 @@ def _band(values: Sequence[float]) -> list[float] | None:
     return [stable(res.confidence_interval.low), stable(res.confidence_interval.high)]
 
 
-def _diff_band(a: Sequence[float], b: Sequence[float]) -> list[float] | None:
+def diff_band(a: Sequence[float], b: Sequence[float]) -> list[float] | None:
     """95 % bootstrap interval of mean(b) - mean(a), resampling each arm on its own.
 
     None below three replicates per arm: no band is claimed from two numbers."""
@@ -50,7 +74,7 @@ def _diff_band(a: Sequence[float], b: Sequence[float]) -> list[float] | None:
     return [stable(res.confidence_interval.low), stable(res.confidence_interval.high)]
 
 
-def _monotone(values: Sequence[float]) -> bool:
+def monotone(values: Sequence[float]) -> bool:
     """Strictly rising or falling over at least four replicates in time order."""
     if len(values) < 4:
         return False
@@ -58,77 +82,65 @@ def _monotone(values: Sequence[float]) -> bool:
     return all(s > 0 for s in steps) or all(s < 0 for s in steps)
 
 
-def speed_arm(cells: Sequence[Cell]) -> dict[str, Any] | None:
+def _stats(values: list[float]) -> MetricStats:
+    return MetricStats(values=values, mean=statistics.fmean(values) if values else None,
+                       band95=band(values), monotone_drift=monotone(values))
+
+
+def speed_arm(cells: Sequence[Cell]) -> Speed | None:
     mine = sorted((c for c in cells if c.probe == "speed"), key=lambda c: c.started_at)
     if not mine:
         return None
-    lengths = sorted({s.prompt_tokens for c in mine for s in c.speed})
     per_length = []
-    for length in lengths:
+    for length in sorted({s.prompt_tokens for c in mine for s in c.speed}):
         rows = [(c, s) for c in mine for s in c.speed
                 if s.prompt_tokens == length and not s.warmup and s.status == "ok"]
-        entry: dict[str, Any] = {
-            "prompt_tokens": length, "replicates": len(rows),
-            "errors": sum(s.status == "error" for c in mine for s in c.speed
-                          if s.prompt_tokens == length),
-            "cells": sorted({_name(c) for c, _ in rows}),
-        }
-        for metric in METRICS:
-            values = [v for _, s in rows if (v := getattr(s, metric)) is not None]
-            entry[metric] = {
-                "values": values,
-                "mean": statistics.fmean(values) if values else None,
-                "band95": _band(values),
-                "monotone_drift": _monotone(values),
-            }
-        per_length.append(entry)
-    return {"per_length": per_length,
-            "monotone_drift": [{"prompt_tokens": e["prompt_tokens"], "metric": m}
-                               for e in per_length for m in METRICS
-                               if e[m]["monotone_drift"]]}
+        per_length.append(SpeedAtLength(
+            prompt_tokens=length, replicates=len(rows),
+            errors=sum(s.status == "error" for c in mine for s in c.speed
+                       if s.prompt_tokens == length),
+            cells=sorted({Layout.cell_ref(c.name) for c, _ in rows}),
+            **{m: _stats([v for _, s in rows if (v := getattr(s, m)) is not None])
+               for m in METRICS}))
+    skipped = {(x.length, x.reason): x for c in mine for x in c.skipped}
+    return Speed(per_length=per_length,
+                 monotone_drift=[Trend(prompt_tokens=e.prompt_tokens, metric=m)
+                                 for e in per_length for m in METRICS
+                                 if e.metric(m).monotone_drift],
+                 skipped=list(skipped.values()))
 
 
-def speed_compare(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[dict[str, Any]]:
+def speed_compare(a: Speed | None, b: Speed | None) -> list[SpeedComparison]:
     """Arm b against arm a, per prompt length and metric: cost, gain or within noise."""
     if a is None or b is None:
         return []
     out = []
-    by_length = {e["prompt_tokens"]: e for e in a["per_length"]}
-    for eb in b["per_length"]:
-        ea = by_length.get(eb["prompt_tokens"])
+    by_length = {e.prompt_tokens: e for e in a.per_length}
+    for eb in b.per_length:
+        ea = by_length.get(eb.prompt_tokens)
         if ea is None:
             continue
-        for metric, higher_better in METRICS.items():
-            xa, xb = ea[metric]["values"], eb[metric]["values"]
-            band = _diff_band(xa, xb)
-            if band is None:
-                verdict = "not enough replicates"
-                diff = None
-            else:
+        for metric in METRICS:
+            xa, xb = ea.metric(metric).values, eb.metric(metric).values
+            interval = diff_band(xa, xb)
+            diff: float | None = None
+            verdict: SpeedVerdict = "not enough replicates"
+            if interval is not None:
                 diff = statistics.fmean(xb) - statistics.fmean(xa)
-                if band[0] <= 0 <= band[1]:
+                if interval[0] <= 0 <= interval[1]:
                     verdict = "within noise"
                 else:
-                    verdict = "gain" if (diff > 0) == higher_better else "cost"
-            mean_a = ea[metric]["mean"]
-            out.append({
-                "prompt_tokens": eb["prompt_tokens"], "metric": metric, "verdict": verdict,
-                "mean_a": mean_a, "mean_b": eb[metric]["mean"], "difference": diff,
-                "difference_band95": band,
-                "relative": diff / mean_a if diff is not None and mean_a else None,
-                "replicates": [len(xa), len(xb)],
-                "cells": [*ea["cells"], *eb["cells"]],
-            })
+                    verdict = "gain" if (diff > 0) == HIGHER_IS_BETTER[metric] else "cost"
+            mean_a = ea.metric(metric).mean
+            out.append(SpeedComparison(
+                prompt_tokens=eb.prompt_tokens, metric=metric, verdict=verdict, mean_a=mean_a,
+                mean_b=eb.metric(metric).mean, difference=diff, difference_band95=interval,
+                relative=diff / mean_a if diff is not None and mean_a else None,
+                replicates=[len(xa), len(xb)], cells=[*ea.cells, *eb.cells]))
     return out
 
 
-def _name(cell: Cell, folder: str = "cells") -> str:
-    """The evidence file of a cell, relative to the run directory."""
-    name = cell_name(cell.arm, cell.load, cell.probe, cell.repeat, cell.phase)
-    return f"cells/{name}.json" if folder == "cells" else f"partial/{name}-progress.json"
-
-
-def survival_arm(cells: Sequence[Cell], partial: Sequence[Cell]) -> dict[str, Any] | None:
+def survival_arm(cells: Sequence[Cell], partial: Sequence[Cell]) -> Survival | None:
     """The survival map of one arm from its sweep cell (or the sweep's progress so far)."""
     sweeps = [c for c in [*cells, *partial] if c.probe == "sweep"]
     if not sweeps:
@@ -137,104 +149,148 @@ def survival_arm(cells: Sequence[Cell], partial: Sequence[Cell]) -> dict[str, An
     context = cell.context_length
     complete = any(c.probe == "sweep" for c in cells)
     points = [_point(p, context) for p in cell.sweep]
-    levels = sorted({p["level"] for p in points})
-    largest = {}
-    first_failure = {}
+    levels = sorted({p.level for p in points})
+    largest: dict[str, int | None] = {}
+    first_failure: dict[str, SweepPointView | None] = {}
     for level in levels:
-        mine = sorted((p for p in points if p["level"] == level), key=lambda p: p["length"])
-        ok = [p["length"] for p in mine if p["outcome"] in ("ok", "slow")]
+        mine = sorted((p for p in points if p.level == level), key=lambda p: p.length)
+        ok = [p.length for p in mine if p.outcome in ("ok", "slow")]
         largest[str(level)] = max(ok) if ok else None
-        bad = next((p for p in mine if p["failure"]), None)
-        first_failure[str(level)] = bad
-    missing = [list(x) for x in cell.sweep_plan
-               if tuple(x) not in {(p["length"], p["level"]) for p in points}]
-    return {"context_length": context, "complete": complete, "points": points,
-            "levels": levels, "lengths": sorted({p["length"] for p in points}),
-            "largest_ok_length": largest, "first_failure": first_failure,
-            "not_measured": missing,
-            "cell": _name(cell, "cells" if complete else "partial"),
-            "skipped": cell.skipped}
+        first_failure[str(level)] = next((p for p in mine if p.failure), None)
+    seen = {(p.length, p.level) for p in points}
+    return Survival(
+        context_length=context, complete=complete, points=points, levels=levels,
+        lengths=sorted({p.length for p in points}), largest_ok_length=largest,
+        first_failure=first_failure,
+        not_measured=[x for x in cell.sweep_plan if tuple(x) not in seen],
+        cell=Layout.cell_ref(cell.name) if complete else Layout.progress_ref(cell.name),
+        skipped=cell.skipped)
 
 
-def _point(p: SweepPoint, context: int | None) -> dict[str, Any]:
+def _point(p: SweepPoint, context: int | None) -> SweepPointView:
     beyond = context is not None and p.length + 1 > context
     # A refusal of a prompt longer than the context is the server doing its job;
-    # an error inside the context, a hang or a death anywhere is a failure.
+    # an error inside the context, a hang, a timeout or a death anywhere is a failure.
     failure = p.outcome in ("hang", "timeout", "death") or (p.outcome == "error"
                                                             and not beyond)
-    return {"length": p.length, "level": p.level, "outcome": p.outcome,
-            "beyond_context": beyond, "failure": failure,
-            "achieved_ok": p.achieved_ok, "achieved_prompt_tokens": p.achieved_prompt_tokens,
-            "http_status": p.http_status, "error": p.error, "returncode": p.returncode,
-            "signal": p.signal, "health_answered": p.health_answered,
-            "seconds": p.seconds, "launch": p.launch}
+    return SweepPointView(
+        length=p.length, level=p.level, outcome=p.outcome, beyond_context=beyond,
+        failure=failure, achieved_ok=p.achieved_ok,
+        achieved_prompt_tokens=p.achieved_prompt_tokens, http_status=p.http_status,
+        error=p.error, returncode=p.returncode, signal=p.signal,
+        health_answered=p.health_answered, seconds=p.seconds, launch=p.launch)
 
 
-def capacity_arm(evidence: Evidence, arm: str) -> dict[str, Any]:
+def capacity_arm(evidence: Evidence, arm: str) -> Capacity:
     """KV pool and concurrency as the engine reported them, per launch that got ready."""
-    seen = []
-    for rec in evidence.loads:
-        if rec.arm != arm:
-            continue
-        for launch in rec.launches:
-            if launch.capacity:
-                seen.append({"load": rec.load, "phase": rec.phase, "attempt": launch.attempt,
-                             **launch.capacity})
-    prefer = [c for c in seen if c["phase"] == "cost"] or seen
-    kv = sorted({c["kv_tokens"] for c in prefer if c.get("kv_tokens") is not None})
-    slots = sorted({c[k] for c in prefer for k in ("max_concurrency", "total_slots",
-                                                   "max_running_requests", "max_num_seqs")
-                    if c.get(k) is not None})
-    return {"launches": seen, "kv_tokens": kv[0] if kv else None,
-            "kv_tokens_varied": len(kv) > 1, "max_concurrency": slots[0] if slots else None,
-            "reported": bool(seen)}
+    seen = [CapacitySeen(load=rec.load, phase=rec.phase, attempt=launch.attempt,
+                         **launch.capacity)
+            for rec in evidence.loads if rec.arm == arm
+            for launch in rec.launches if launch.capacity]
+    prefer = [c for c in seen if c.phase == "cost"] or seen
+    reported = [c.model_dump() for c in prefer]
+    kv = sorted({c["kv_tokens"] for c in reported if c.get("kv_tokens") is not None})
+    slots = sorted({c[k] for c in reported for k in SLOTS if c.get(k) is not None})
+    return Capacity(launches=seen, kv_tokens=kv[0] if kv else None, kv_tokens_varied=len(kv) > 1,
+                    max_concurrency=slots[0] if slots else None, reported=bool(seen),
+                    evidence=sorted({Layout.load_ref(rec.name) for rec in evidence.loads
+                                     if rec.arm == arm and any(x.capacity
+                                                               for x in rec.launches)}))
 
 
-def prefix_arm(cells: Sequence[Cell]) -> dict[str, Any] | None:
+def prefix_arm(cells: Sequence[Cell]) -> Prefix | None:
     mine = sorted((c for c in cells if c.probe == "prefix"), key=lambda c: c.load)
     if not mine:
         return None
-    loads: list[dict[str, Any]] = []
+    loads: list[PrefixLoad] = []
     for cell in mine:
         ok = [s for s in cell.prefix if s.status == "ok"]
         if not ok:
-            loads.append({"load": cell.load, "ok": 0})
+            loads.append(PrefixLoad(load=cell.load, ok=0))
             continue
         first, later = ok[0], ok[1:]
         cached = [s.cached_tokens for s in later if s.cached_tokens is not None]
-        loads.append({
-            "load": cell.load, "ok": len(ok), "prompt_tokens": first.prompt_tokens,
-            "first_ttft_s": first.ttft_s, "first_cached_tokens": first.cached_tokens,
-            "later_ttft_s": statistics.median(s.ttft_s for s in later if s.ttft_s is not None)
-            if later else None,
-            "later_cached_tokens": min(cached) if cached else None,
-            "cached_reported": bool(cached),
-        })
-    good = [x for x in loads if x.get("later_ttft_s") is not None]
-    ratio = [x["first_ttft_s"] / x["later_ttft_s"] for x in good if x["later_ttft_s"]]
-    cached = [x["later_cached_tokens"] for x in loads if x.get("later_cached_tokens") is not None]
-    return {"loads": loads, "cells": [_name(c) for c in mine],
-            "prompt_tokens": loads[0].get("prompt_tokens"),
-            "later_cached_tokens": min(cached) if cached else None,
-            "cached_reported": bool(cached),
-            "first_over_later_ttft": statistics.median(ratio) if ratio else None,
-            "later_ttft_s": statistics.median(x["later_ttft_s"] for x in good) if good else None}
+        ttfts = [s.ttft_s for s in later if s.ttft_s is not None]
+        loads.append(PrefixLoad(
+            load=cell.load, ok=len(ok), prompt_tokens=first.prompt_tokens,
+            first_ttft_s=first.ttft_s, first_cached_tokens=first.cached_tokens,
+            later_ttft_s=statistics.median(ttfts) if ttfts else None,
+            later_cached_tokens=min(cached) if cached else None, cached_reported=bool(cached)))
+    good = [x for x in loads if x.later_ttft_s is not None]
+    ratio = [x.first_ttft_s / x.later_ttft_s for x in good
+             if x.later_ttft_s and x.first_ttft_s is not None]
+    cached = [x.later_cached_tokens for x in loads if x.later_cached_tokens is not None]
+    return Prefix(loads=loads, cells=[Layout.cell_ref(c.name) for c in mine],
+                  prompt_tokens=loads[0].prompt_tokens,
+                  later_cached_tokens=min(cached) if cached else None,
+                  cached_reported=bool(cached),
+                  first_over_later_ttft=statistics.median(ratio) if ratio else None,
+                  later_ttft_s=statistics.median(x.later_ttft_s for x in good
+                                                 if x.later_ttft_s is not None)
+                  if good else None)
 
 
-def startup_arm(evidence: Evidence, arm: str) -> dict[str, Any]:
+def startup_arm(evidence: Evidence, arm: str) -> Startup:
     seconds = [launch.seconds_to_ready for rec in evidence.loads if rec.arm == arm
                for launch in rec.launches if launch.seconds_to_ready is not None]
-    return {"seconds_to_ready": seconds,
-            "mean": statistics.fmean(seconds) if seconds else None,
-            "band95": _band(seconds)}
+    return Startup(seconds_to_ready=seconds,
+                   mean=statistics.fmean(seconds) if seconds else None, band95=band(seconds))
 
 
-def summarize_costs(evidence: Evidence, by_arm: Mapping[str, list[Cell]]) -> dict[str, Any]:
-    arms = list(evidence.lock["arm_order"])
-    partial = {arm: [c for c in evidence.partial if c.arm == arm] for arm in arms}
-    out = {arm: {"speed": speed_arm(by_arm[arm]),
-                 "survival": survival_arm(by_arm[arm], partial[arm]),
-                 "capacity": capacity_arm(evidence, arm),
-                 "prefix": prefix_arm(by_arm[arm]),
-                 "startup": startup_arm(evidence, arm)} for arm in arms}
+def startup_compare(a: Startup, b: Startup) -> StartupComparison | None:
+    xa, xb = a.seconds_to_ready, b.seconds_to_ready
+    interval = diff_band(xa, xb)
+    if interval is None or a.mean is None or b.mean is None:
+        return None
+    verdict = ("within noise" if interval[0] <= 0 <= interval[1]
+               else "cost" if b.mean > a.mean else "gain")
+    return StartupComparison(mean_a=a.mean, mean_b=b.mean, band95=interval,
+                             verdict=verdict, starts=[len(xa), len(xb)])  # type: ignore[arg-type]
+
+
+def summarize_costs(evidence: Evidence, by_arm: Mapping[str, list[Cell]]
+                    ) -> dict[str, ArmCosts]:
+    partial = {arm: [c for c in evidence.partial if c.arm == arm] for arm in evidence.arms}
+    return {arm: ArmCosts(speed=speed_arm(by_arm[arm]),
+                          survival=survival_arm(by_arm[arm], partial[arm]),
+                          capacity=capacity_arm(evidence, arm), prefix=prefix_arm(by_arm[arm]),
+                          startup=startup_arm(evidence, arm)) for arm in evidence.arms}
+
+
+def compare_arms(costs: Mapping[str, ArmCosts], baseline: str) -> list[CostComparison]:
+    """Every other arm against the baseline: speed per length and metric, start-up."""
+    base = costs[baseline]
+    return [CostComparison(baseline=baseline, arm=arm,
+                           speed=speed_compare(base.speed, c.speed),
+                           startup=startup_compare(base.startup, c.startup),
+                           starts=[len(base.startup.seconds_to_ready),
+                                   len(c.startup.seconds_to_ready)])
+            for arm, c in costs.items() if arm != baseline]
+
+
+def cost_gaps(costs: Mapping[str, ArmCosts], comparisons: list[CostComparison],
+              evidence: Evidence) -> list[Gap]:
+    """Parts of the cost regime that were planned and not reached."""
+    plan = evidence.plan
+    out = []
+    for arm, c in costs.items():
+        s = c.survival
+        if s is not None and s.not_measured:
+            length, level = s.not_measured[0]
+            out.append(Gap(kind="sweep points missing", arm=arm, count=len(s.not_measured),
+                           length=length, level=level))
+        if s is not None:
+            short = [p for p in s.points if p.achieved_ok is False]
+            if short:
+                out.append(Gap(kind="sweep points short", arm=arm, count=len(short),
+                               of=plan.probes.sweep.tolerance))
+        for skip in c.speed.skipped if c.speed else []:
+            out.append(Gap(kind="speed skipped", arm=arm, length=skip.length,
+                           reason=skip.reason))
+    for comp in comparisons:
+        if comp.startup is None and min(comp.starts, default=0) > 0:
+            out.append(Gap(kind="startup not compared", arm=comp.arm,
+                           count=min(comp.starts)))
+    if any(c.speed for c in costs.values()) and plan.cost_loads_per_arm < 2:
+        out.append(Gap(kind="one cost load", count=plan.cost_loads_per_arm))
     return out

@@ -1,7 +1,8 @@
 """Drift analysis: across loads, within a load, between arms, and the named signature.
 
 Everything here is a pure function of parsed evidence, so `servediff
-rederive` on any machine gets the same numbers the run printed.
+rederive` on any machine gets the same numbers the run printed. A signature
+is a list of structured findings; `report/words.py` says them.
 """
 
 from __future__ import annotations
@@ -9,30 +10,33 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from itertools import combinations
-from typing import Any
 
 from servediff.analysis import concurrency, generation, stats
-from servediff.analysis.compare import Comparison, TextScore, compare
-from servediff.bundle import Evidence
-from servediff.evidence import Cell
-
-SUMMARY_SCHEMA_VERSION = 1
-
-SIGNATURES = {
-    "bit-identical": "every per-token logprob identical across every load and repeat",
-    "stable within threshold": "differences exist but none exceeds the plan's threshold",
-    "across-load only": "stable within each load; moves between cold loads "
-                        "(per-load kernel or autotune choice)",
-    "within-load": "moves between repeats inside one load (batch composition, order, "
-                   "non-deterministic kernels)",
-    "not measured": "only one load and no repeat: nothing to compare",
-    "across-load": "cold loads disagree (per-load kernel or autotune choice)",
-    "batch-composition": "identical requests give different results when they share the "
-                         "engine with others; alone they agree",
-    "non-deterministic alone": "identical requests sent one at a time already disagree",
-    "cache-dependent": "a result changes with whether its prefix came from the prefix cache "
-                       "or was computed fresh",
-}
+from servediff.analysis.compare import TextScore, compare
+from servediff.analysis.findings import (
+    ArmConcurrency,
+    ArmDrift,
+    ArmGeneration,
+    ArmPair,
+    ArmSetup,
+    BatchPair,
+    Comparison,
+    CorpusSetup,
+    Discordant,
+    DriftFinding,
+    FailedLaunch,
+    Gap,
+    LoadPair,
+    LoadRow,
+    PartialCell,
+    RepeatPair,
+    Setup,
+    ShiftKind,
+    Signature,
+    SkippedRepeat,
+)
+from servediff.bundle import Evidence, Layout
+from servediff.evidence import Cell, RequestKind
 
 
 def scores_of(cell: Cell) -> dict[str, TextScore]:
@@ -51,85 +55,113 @@ def perplexity(cell: Cell) -> float | None:
     return math.exp(math.fsum(r.sum_nll or 0.0 for r in ok) / tokens)
 
 
-def _load_row(cell: Cell) -> dict[str, Any]:
+def _load_row(cell: Cell) -> LoadRow:
     ok = [r for r in cell.records if r.status == "ok"]
-    return {
-        "load": cell.load,
-        "launch": cell.launch,
-        "texts": len(cell.records),
-        "ok": len(ok),
-        "invalid": sum(r.status == "invalid" for r in cell.records),
-        "errors": sum(r.status == "error" for r in cell.records),
-        "tokens_scored": sum(r.n_scored for r in ok),
-        "sum_nll": math.fsum(r.sum_nll or 0.0 for r in ok),
-        "perplexity": perplexity(cell),
-    }
+    return LoadRow(
+        load=cell.load, launch=cell.launch, texts=len(cell.records), ok=len(ok),
+        invalid=sum(r.status == "invalid" for r in cell.records),
+        errors=sum(r.status == "error" for r in cell.records),
+        tokens_scored=sum(r.n_scored for r in ok),
+        sum_nll=math.fsum(r.sum_nll or 0.0 for r in ok), perplexity=perplexity(cell))
 
 
-def signature(across: list[Comparison], within: list[Comparison],
-              conc: dict[str, Any] | None = None,
-              batches: list[dict[str, Any]] | None = None,
-              gen: dict[str, Any] | None = None) -> str:
-    """Every place drift was found, joined; or why nothing was."""
-    findings = []
-    gen_within = gen is not None and any(w["diverged"] for w in gen["within_load"])
-    gen_across = gen is not None and any(a["diverged"] for a in gen["across_load"])
-    moved_batches = [b for b in batches or [] if b["moved"]]
-    if conc is not None and not conc["control_ok"]:
-        findings.append("non-deterministic alone (concurrency-1 control failed)")
-    if any(c.moved for c in within) or gen_within:
-        findings.append("within-load")
-    if moved_batches and not any(c.moved for c in within):
+def _refs(*cells: Cell) -> list[str]:
+    return [Layout.cell_ref(c.name) for c in cells]
+
+
+def _kinds(score: bool, generate: bool) -> list[RequestKind]:
+    kinds: list[RequestKind] = []
+    if score:
+        kinds.append("score")
+    if generate:
+        kinds.append("generate")
+    return kinds
+
+
+def signature(across: list[tuple[Cell, Cell, Comparison]],
+              within: list[tuple[Cell, Cell, Comparison]],
+              conc: ArmConcurrency | None = None, batches: list[BatchPair] | None = None,
+              gen: ArmGeneration | None = None,
+              batch_cells: list[Cell] | None = None) -> Signature:
+    """Every place drift was found; or why nothing was."""
+    findings: list[DriftFinding] = []
+    batches = batches or []
+    within_moved = [(a, b, c) for a, b, c in within if c.moved]
+    gen_within = [w for w in (gen.within_load if gen else []) if w.diverged]
+    gen_across = [p for p in (gen.across_load if gen else []) if p.diverged]
+    moved_batches = [b for b in batches if b.moved]
+    if conc is not None and not conc.control_ok:
+        controls = [r for load in conc.loads for r in load.groups if r.level == 1]
+        findings.append(DriftFinding(
+            kind="non-deterministic alone", scope="control", evidence=conc.cells,
+            count=sum(len(load.control_failed) for load in conc.loads), of=len(controls)))
+    if within_moved or gen_within:
+        findings.append(DriftFinding(
+            kind="within-load", scope="repeat",
+            evidence=sorted({ref for a, b, _ in within_moved for ref in _refs(a, b)})
+            + (gen.cells if gen and gen_within else []),
+            count=sum(c.moved for *_, c in within_moved), of=sum(c.compared for *_, c in within),
+            request_kinds=_kinds(bool(within_moved), bool(gen_within))))
+    if moved_batches and not within_moved:
         # Plain repeats at the arm's own batch size are the control: they held still.
-        sizes = ", ".join(str(s) for s in sorted({b["batch_size"] for b in moved_batches}))
-        versus = f"scoring batch size {moved_batches[0]['arm_batch_size']} vs {sizes}"
-        findings.append(f"batch-composition ({versus})" if within else
-                        f"batch-composition ({versus}; no same-size repeat as control)")
-    if conc is not None and conc["control_ok"] and conc["batch_composition"]:
-        first = conc["first_drift"]
-        what = " and ".join(KIND_NAMES[k] for k in first.get("kinds", ["generate"]))
-        findings.append(f"batch-composition ({what} from {first['length']} tokens at "
-                        f"concurrency {first['level']})")
-    splits = [*(conc or {}).get("cache_splits", []), *(gen or {}).get("cache_splits", [])]
-    differing = [x for x in splits if x["differ"]]
+        findings.append(DriftFinding(
+            kind="batch-composition", scope="batch size",
+            evidence=_refs(*(batch_cells or [])),
+            count=sum(b.moved for b in moved_batches), of=sum(b.compared for b in batches),
+            batch_sizes=sorted({b.batch_size for b in moved_batches}),
+            arm_batch_size=moved_batches[0].arm_batch_size, control=bool(within)))
+    if conc is not None and conc.control_ok and conc.batch_composition and conc.first_drift:
+        first = conc.first_drift
+        findings.append(DriftFinding(
+            kind="batch-composition", scope="concurrency", evidence=conc.cells,
+            count=sum(load.drifting_groups for load in conc.loads),
+            request_kinds=first.kinds, length=first.length, level=first.level))
+    splits = [*(conc.cache_splits if conc else []), *(gen.cache_splits if gen else [])]
+    differing = [x for x in splits if x.differ]
     if differing:
-        findings.append(f"cache-dependent ({len(differing)} of {len(splits)} groups: responses "
-                        "served from the prefix cache differ from those computed fresh)")
-    generation_moved = conc is not None and any(
-        g["distinct"] > 1 for g in conc["across_loads"])
-    if any(c.moved for c in across) or generation_moved or gen_across:
-        findings.append("across-load only" if not findings else "across-load")
+        findings.append(DriftFinding(
+            kind="cache-dependent", scope="cache split",
+            evidence=[*(conc.cells if conc else []), *(gen.cells if gen else [])],
+            count=len(differing), of=len(splits)))
+    control_moved = conc is not None and any(g.distinct > 1 for g in conc.across_loads)
+    across_moved = [(a, b, c) for a, b, c in across if c.moved]
+    if across_moved or control_moved or gen_across:
+        findings.append(DriftFinding(
+            kind="across-load", scope="loads",
+            evidence=sorted({ref for a, b, _ in across_moved for ref in _refs(a, b)}),
+            count=max((c.moved for *_, c in across_moved), default=0),
+            of=max((c.compared for *_, c in across), default=0),
+            request_kinds=_kinds(bool(across_moved or control_moved),
+                                 bool(gen_across or control_moved))))
     if findings:
-        return " + ".join(findings)
+        return Signature(name="drift", findings=findings)
     if not across and not within and conc is None and not batches and gen is None:
-        return "not measured"
-    if all(c.bit_identical for c in [*across, *within]) and \
-            all(b["bit_identical"] for b in batches or []):
-        return "bit-identical"
-    return "stable within threshold"
+        return Signature(name="not measured")
+    if all(c.bit_identical for *_, c in [*across, *within]) and \
+            all(b.bit_identical for b in batches):
+        return Signature(name="bit-identical")
+    return Signature(name="stable within threshold")
 
 
-def _pair(label: dict[str, Any], comp: Comparison) -> dict[str, Any]:
-    return {**label, **comp.as_dict()}
-
-
-def analyse_arm(cells: list[Cell], threshold: float) -> dict[str, Any]:
+def analyse_arm(cells: list[Cell], threshold: float, prefix_cache: bool | None) -> ArmDrift:
     score_cells = sorted((c for c in cells if c.probe == "score"), key=lambda c: c.load)
     repeats = [c for c in cells if c.probe == "repeat"]
-    across = [
-        (a, b, compare(scores_of(a), scores_of(b), threshold))
-        for a, b in combinations(score_cells, 2)
-    ]
-    within = []
-    skipped = []
-    batches = []
+    across = [(a, b, compare(scores_of(a), scores_of(b), threshold))
+              for a, b in combinations(score_cells, 2)]
+    within: list[tuple[Cell, Cell, Comparison]] = []
+    skipped: list[SkippedRepeat] = []
+    batches: list[BatchPair] = []
+    batch_cells: list[Cell] = []
     for cell in sorted((c for c in cells if c.probe == "batch"), key=lambda c: (c.load, c.repeat)):
         base = next((c for c in score_cells if c.load == cell.load), None)
         if base is not None and base.launch == cell.launch:
             sizes = sorted({r.batch_size for r in base.records})
-            batches.append({"load": cell.load, "batch_size": cell.repeat,
-                            "arm_batch_size": max(sizes) if sizes else None,
-                            **compare(scores_of(base), scores_of(cell), threshold).as_dict()})
+            comp = compare(scores_of(base), scores_of(cell), threshold)
+            batches.append(BatchPair(load=cell.load, batch_size=cell.repeat,
+                                     arm_batch_size=max(sizes) if sizes else None,
+                                     **comp.model_dump()))
+            if comp.moved:
+                batch_cells += [base, cell]
     for rep in sorted(repeats, key=lambda c: (c.load, c.repeat)):
         base = next((c for c in score_cells if c.load == rep.load), None)
         if base is None:
@@ -137,60 +169,48 @@ def analyse_arm(cells: list[Cell], threshold: float) -> dict[str, Any]:
         if base.launch != rep.launch:
             # Measured by two different processes after a resumed load:
             # comparing them would call across-launch drift within-load.
-            skipped.append({"load": rep.load, "repeat": rep.repeat,
-                            "reason": "score and repeat come from different launches"})
+            skipped.append(SkippedRepeat(load=rep.load, repeat=rep.repeat,
+                                         reason="different launches"))
             continue
         within.append((base, rep, compare(scores_of(base), scores_of(rep), threshold)))
     conc = concurrency.analyse_arm(cells)
     gen = generation.analyse_arm(cells)
-    sig = signature([c for *_, c in across], [c for *_, c in within], conc, batches, gen)
-    return {
-        "loads": [_load_row(c) for c in score_cells],
-        "across_load": [_pair({"load_a": a.load, "load_b": b.load}, c) for a, b, c in across],
-        "within_load": [
-            _pair({"load": a.load, "repeat": b.repeat}, c) for a, b, c in within
-        ],
-        "within_load_skipped": skipped,
-        "batch_size": batches,
-        "concurrency": conc,
-        "generation": gen,
-        "signature": sig,
-        "signature_meaning": meaning(sig),
-        "invalid_rows": sum(r.status == "invalid" for c in cells for r in c.records),
-        "error_rows": sum(r.status == "error" for c in cells for r in c.records),
-    }
+    return ArmDrift(
+        loads=[_load_row(c) for c in score_cells],
+        across_load=[LoadPair(load_a=a.load, load_b=b.load, **c.model_dump())
+                     for a, b, c in across],
+        within_load=[RepeatPair(load=a.load, repeat=b.repeat, **c.model_dump())
+                     for a, b, c in within],
+        within_load_skipped=skipped, batch_size=batches, concurrency=conc, generation=gen,
+        signature=signature(across, within, conc, batches, gen, batch_cells),
+        invalid_rows=sum(r.status == "invalid" for c in cells for r in c.records),
+        error_rows=sum(r.status == "error" for c in cells for r in c.records),
+        prefix_cache=prefix_cache)
 
 
-STABLE = ("bit-identical", "stable within threshold")
-KIND_NAMES = {"score": "scoring requests", "generate": "greedy generations"}
-
-
-def cache_dependence(per_arm: dict[str, dict[str, Any]], cache_on: Mapping[str, bool | None]
-                     ) -> None:
+def cache_dependence(per_arm: dict[str, ArmDrift]) -> dict[str, ArmDrift]:
     """Name within-load drift of a cache-on arm cache-dependent when a cache-off arm of the
     same plan held still within its loads: the cache is the difference between them."""
-    still = [arm for arm, on in cache_on.items()
-             if on is False and "within-load" not in per_arm[arm]["signature"]
-             and per_arm[arm]["within_load"]]
-    for arm, on in cache_on.items():
-        sig = per_arm[arm]["signature"]
-        if on and "within-load" in sig and "cache-dependent" not in sig and still:
-            per_arm[arm]["signature"] = (
-                f"{sig} + cache-dependent (prefix cache on; `{still[0]}` with it off "
-                "held still within its loads)")
-            per_arm[arm]["signature_meaning"] = meaning(per_arm[arm]["signature"])
+    still = [arm for arm, d in per_arm.items()
+             if d.prefix_cache is False and not d.signature.has("within-load") and d.within_load]
+    out = dict(per_arm)
+    for arm, d in per_arm.items():
+        sig = d.signature
+        if d.prefix_cache and sig.has("within-load") and not sig.has("cache-dependent") \
+                and still:
+            finding = DriftFinding(kind="cache-dependent", scope="cache arms",
+                                   reference_arm=still[0])
+            out[arm] = d.model_copy(update={"signature": sig.model_copy(
+                update={"findings": [*sig.findings, finding]})})
+    return out
 
 
-def meaning(sig: str) -> str:
-    return "; ".join(SIGNATURES[part.split(" (")[0]] for part in sig.split(" + "))
-
-
-def shift_signature(moved_count: int, sig_a: str, sig_b: str) -> str:
+def shift_signature(moved_count: int, a: Signature, b: Signature) -> ShiftKind:
     if not moved_count:
         return "no arm shift"
-    if sig_a in STABLE and sig_b in STABLE:
+    if a.stable and b.stable:
         return "arm shift"
-    return "arms differ, and at least one arm also drifts by itself"
+    return "arms differ and an arm drifts"
 
 
 def _moved_across(cells: list[Cell], threshold: float) -> dict[str, bool]:
@@ -205,7 +225,7 @@ def _moved_across(cells: list[Cell], threshold: float) -> dict[str, bool]:
 
 
 def arm_shifts(by_arm: Mapping[str, list[Cell]], threshold: float,
-               signatures: Mapping[str, str]) -> list[dict[str, Any]]:
+               signatures: Mapping[str, Signature]) -> list[ArmPair]:
     """Each pair of arms compared on their first measured load's score cell."""
     firsts = {}
     for arm, cells in by_arm.items():
@@ -220,78 +240,56 @@ def arm_shifts(by_arm: Mapping[str, list[Cell]], threshold: float,
         common = set(moved_a) & set(moved_b)
         a_only = sum(moved_a[t] and not moved_b[t] for t in common)
         b_only = sum(moved_b[t] and not moved_a[t] for t in common)
-        out.append(_pair({"arm_a": a, "arm_b": b, "load_a": firsts[a].load,
-                          "load_b": firsts[b].load,
-                          "signature": shift_signature(comp.moved, signatures[a], signatures[b]),
-                          "reload_discordant": {"texts": len(common), "moved_in_a_only": a_only,
-                                                "moved_in_b_only": b_only,
-                                                "mcnemar_p": stats.mcnemar(a_only, b_only)}},
-                         comp))
+        out.append(ArmPair(
+            arm_a=a, arm_b=b, load_a=firsts[a].load, load_b=firsts[b].load,
+            signature=shift_signature(comp.moved, signatures[a], signatures[b]),
+            reload_discordant=Discordant(texts=len(common), moved_in_a_only=a_only,
+                                         moved_in_b_only=b_only,
+                                         mcnemar_p=stats.mcnemar(a_only, b_only)),
+            **comp.model_dump()))
     return out
 
 
-def summarize_drift(evidence: Evidence) -> dict[str, Any]:
-    plan = evidence.lock["plan"]
-    threshold = float(plan["thresholds"]["moved_abs_nll"])
-    arms = list(evidence.lock["arm_order"])
-    by_arm = cells_by_arm(evidence)
-    per_arm = {arm: analyse_arm(by_arm[arm], threshold) for arm in arms}
-    cache_on = {arm: prefix_cache_of(evidence, arm) for arm in arms}
-    cache_dependence(per_arm, cache_on)
-    for arm in arms:
-        per_arm[arm]["prefix_cache"] = cache_on[arm]
-    expected_loads = plan["loads_per_arm"]
-    gaps = []
-    for arm in arms:
-        got = len(per_arm[arm]["loads"])
-        if got < expected_loads:
-            gaps.append(f"{arm}: {got} of {expected_loads} planned loads have a score cell")
-    if plan.get("base_url"):
-        gaps.append("across-load drift: an external endpoint; servediff cannot reload a "
-                    "server it did not start, so cold reloads were not compared")
-    elif expected_loads < 2:
-        gaps.append("across-load drift: one load per arm, so cold reloads were not compared")
-    if plan["probes"]["repeat"]["count"] == 0:
-        gaps.append("within-load drift: no repeat probe was run")
+def drift_gaps(evidence: Evidence, per_arm: Mapping[str, ArmDrift]) -> list[Gap]:
+    plan = evidence.plan
+    gaps = [Gap(kind="loads missing", arm=arm, count=len(d.loads), of=plan.loads_per_arm)
+            for arm, d in per_arm.items() if len(d.loads) < plan.loads_per_arm]
+    if plan.base_url:
+        gaps.append(Gap(kind="external endpoint"))
+    elif plan.loads_per_arm < 2:
+        gaps.append(Gap(kind="one load"))
+    if plan.probes.repeat.count == 0:
+        gaps.append(Gap(kind="no repeat"))
     for rec in evidence.loads:
         for launch in rec.launches:
             if launch.first_request_cached_tokens:
-                gaps.append(f"{rec.arm} load {rec.load}: the first request after the start "
-                            f"found {launch.first_request_cached_tokens} cached prompt tokens; "
-                            "this load was not cold")
-    failed_launches = [
-        {"arm": rec.arm, "load": rec.load, "attempt": launch.attempt, "error": launch.error,
-         "died_before_stop": bool(launch.stop and launch.stop.died_before_stop)}
-        for rec in evidence.loads for launch in rec.launches
-        if launch.error or (launch.stop and launch.stop.died_before_stop)
-    ]
-    return {
-        "schema_version": SUMMARY_SCHEMA_VERSION,
-        "plan_sha256": evidence.lock["sha256"],
-        "engine": plan["engine"],
-        "model": plan["model"],
-        "threshold_abs_nll": threshold,
-        "arms": per_arm,
-        "arm_shifts": arm_shifts(by_arm, threshold,
-                                 {arm: data["signature"] for arm, data in per_arm.items()}),
-        "generation_arm_shifts": generation.across_arms(by_arm),
-        "failed_launches": failed_launches,
-        "cells": len(evidence.cells),
-        "partial_cells": [
-            {"arm": c.arm, "load": c.load, "probe": c.probe, "repeat": c.repeat,
-             "launch": c.launch, "rows": len(c.records)}
-            for c in evidence.partial
-        ],
-        "invalid_rows": sum(a["invalid_rows"] for a in per_arm.values()),
-        "error_rows": sum(a["error_rows"] for a in per_arm.values()),
-        "setup": setup(evidence),
-        "detectable_rate": stats.detectable_rate(len(evidence.lock["corpus"]["texts"])),
-        "gaps": gaps,
-    }
+                gaps.append(Gap(kind="first request cached", arm=rec.arm, load=rec.load,
+                                phase=rec.phase, count=launch.first_request_cached_tokens))
+    return gaps
+
+
+def failed_launches(evidence: Evidence) -> list[FailedLaunch]:
+    return [FailedLaunch(arm=rec.arm, load=rec.load, phase=rec.phase, attempt=launch.attempt,
+                         error=launch.error,
+                         died_before_stop=bool(launch.stop and launch.stop.died_before_stop))
+            for rec in evidence.loads for launch in rec.launches
+            if launch.error or (launch.stop and launch.stop.died_before_stop)]
+
+
+def partial_cells(evidence: Evidence) -> list[PartialCell]:
+    return [PartialCell(arm=c.arm, load=c.load, probe=c.probe, repeat=c.repeat,
+                        launch=c.launch, rows=len(c.records)) for c in evidence.partial]
+
+
+def analyse_arms(evidence: Evidence, by_arm: Mapping[str, list[Cell]]) -> dict[str, ArmDrift]:
+    threshold = evidence.plan.thresholds.moved_abs_nll
+    per_arm = {arm: analyse_arm(by_arm[arm], threshold, prefix_cache_of(evidence, arm))
+               for arm in evidence.arms}
+    return cache_dependence(per_arm)
 
 
 def cells_by_arm(evidence: Evidence) -> dict[str, list[Cell]]:
-    by_arm: dict[str, list[Cell]] = {arm: [] for arm in evidence.lock["arm_order"]}
+    by_arm: dict[str, list[Cell]] = {arm: [] for arm in evidence.arms}
     for cell in evidence.cells:
         by_arm.setdefault(cell.arm, []).append(cell)
     return by_arm
@@ -304,52 +302,37 @@ def prefix_cache_of(evidence: Evidence, arm: str) -> bool | None:
     return states.pop() if len(states) == 1 else None
 
 
-def setup(evidence: Evidence) -> dict[str, Any]:
+def setup(evidence: Evidence) -> Setup:
     """What was served and on what, as the evidence recorded it (for the report)."""
-    plan = evidence.lock["plan"]
+    plan = evidence.plan
     launches = [(rec.arm, launch) for rec in evidence.loads for launch in rec.launches]
     arms = {}
-    for arm in evidence.lock["arm_order"]:
-        spec = plan["arms"][arm]
+    for arm in evidence.arms:
+        spec = plan.arms[arm]
         mine = [launch for a, launch in launches if a == arm]
-        ready = [launch.seconds_to_ready for launch in mine if launch.seconds_to_ready is not None]
-        arms[arm] = {
-            "args": spec["args"],
-            "env": spec["env"],
-            "options": mine[0].options if mine else spec["options"],
-            "command": mine[0].command if mine else None,
-            "launches": len(mine),
-            "external": any(launch.external for launch in mine),
-            "seconds_to_ready": ready,
-            "capacity": next((launch.capacity for launch in mine if launch.capacity), {}),
-            "cache_isolation": sorted({launch.cache_isolation for launch in mine
-                                       if launch.cache_isolation}),
-            "first_request_cached_tokens": [launch.first_request_cached_tokens
-                                            for launch in mine],
-        }
-    versions = sorted({
-        f"{k}={v}" for _, launch in launches
-        for k, v in (launch.engine.get("version") or {}).items() if v is not None
-    })
-    weights = sorted({f"{k}={v}" for _, launch in launches
-                      for k, v in launch.weights_sha256.items()})
+        arms[arm] = ArmSetup(
+            args=spec.args, env=spec.env,
+            options=mine[0].options if mine else spec.options,
+            command=mine[0].command if mine else None,
+            launches=len(mine), external=any(launch.external for launch in mine),
+            seconds_to_ready=[x.seconds_to_ready for x in mine if x.seconds_to_ready is not None],
+            capacity=next((launch.capacity for launch in mine if launch.capacity), {}),
+            cache_isolation=sorted({x.cache_isolation for x in mine if x.cache_isolation}),
+            first_request_cached_tokens=[x.first_request_cached_tokens for x in mine])
     conditions = [c.conditions for c in evidence.cells]
-    return {
-        "corpus": {"name": evidence.lock["corpus"]["name"],
-                   "texts": len(evidence.lock["corpus"]["texts"])},
-        "prefix": plan["scoring"]["prefix"],
-        "loads_per_arm": plan["loads_per_arm"],
-        "cost_loads_per_arm": plan.get("cost_loads_per_arm"),
-        "repeats": plan["probes"]["repeat"]["count"],
-        "probes": plan["probes"],
-        "context_lengths": sorted({int(launch.engine["max_model_len"]) for _, launch in launches
-                                   if launch.engine.get("max_model_len")}),
-        "arms": arms,
-        "engine_versions": versions,
-        "weights_sha256": weights,
-        "devices": sorted({str(launch.engine.get("device_name") or launch.engine.get("device"))
-                           for _, launch in launches if launch.engine}),
-        "cpu": sorted({c.cpu_model for c in conditions}),
-        "gpus": sorted({g["name"] for c in conditions for g in c.gpus}),
-        "python": sorted({c.python for c in conditions}),
-    }
+    return Setup(
+        corpus=CorpusSetup(name=evidence.locked.corpus.name,
+                           texts=len(evidence.locked.corpus.texts)),
+        prefix=plan.scoring.prefix, loads_per_arm=plan.loads_per_arm,
+        cost_loads_per_arm=plan.cost_loads_per_arm, repeats=plan.probes.repeat.count,
+        probes=plan.probes,
+        context_lengths=sorted({n for _, x in launches if (n := x.context_length())}),
+        arms=arms,
+        engine_versions=sorted({f"{k}={v}" for _, x in launches
+                                for k, v in x.engine_versions().items() if v is not None}),
+        weights_sha256=sorted({f"{k}={v}" for _, x in launches
+                               for k, v in x.weights_sha256.items()}),
+        devices=sorted({x.device() for _, x in launches if x.engine}),
+        cpu=sorted({c.cpu_model for c in conditions}),
+        gpus=sorted({g.name for c in conditions for g in c.gpus}),
+        python=sorted({c.python for c in conditions}))

@@ -6,72 +6,62 @@ recomputes; it reads parsed evidence only.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
-from servediff.analysis import cost, verdict
-from servediff.analysis.drift import cells_by_arm, summarize_drift
+from servediff.analysis import cost, drift, generation, stats, verdict
+from servediff.analysis.findings import ArmCosts, ArmDrift, Summary, Untested
 from servediff.bundle import Evidence
+from servediff.plan import Plan
 
 # Probes servediff defines; the ones a run did not measure are listed as not tested.
-PROBES = {
-    "concurrency": "identical requests at concurrency >= 2 (batch-composition drift)",
-    "generate": "greedy generation hashed across repeats, loads and arms",
-    "speed": "decode tok/s, TTFT, prefill tok/s with noise bands",
-    "sweep": "prompt lengths up to the context length, survival per length",
-    "prefix": "prefix-cache reuse of a long shared system prompt",
-    "capacity": "KV pool size and max concurrency",
-}
+PROBES = ("concurrency", "generate", "speed", "sweep", "prefix", "capacity")
 
 
-def untested(plan: dict[str, Any], drift: dict[str, Any], costs: dict[str, Any]
-             ) -> dict[str, str]:
+def untested(plan: Plan, arms: Mapping[str, ArmDrift], costs: Mapping[str, ArmCosts]
+             ) -> dict[str, Untested]:
     """Every probe the run did not measure, with why."""
-    out = {}
-    probes = plan["probes"]
-    for name, key in (("concurrency", "concurrency"), ("generate", "generation")):
-        if not probes[name]["enabled"]:
-            out[name] = f"{PROBES[name]}: disabled in the plan"
-        elif not any(arm[key] for arm in drift.values()):
-            out[name] = f"{PROBES[name]}: no measurement completed"
-    for name in ("speed", "sweep", "prefix"):
-        if not probes[name]["enabled"]:
-            out[name] = f"{PROBES[name]}: disabled in the plan"
-        elif plan.get("base_url"):
-            out[name] = f"{PROBES[name]}: not run against an external endpoint"
-        elif not any(arm[name if name != "sweep" else "survival"] for arm in costs.values()):
-            out[name] = f"{PROBES[name]}: no measurement completed"
-    if not any(arm["capacity"]["reported"] for arm in costs.values()):
-        out["capacity"] = f"{PROBES['capacity']}: the engine reports none"
+    out: dict[str, Untested] = {}
+    probes = plan.probes
+    measured = {
+        "concurrency": any(a.concurrency for a in arms.values()),
+        "generate": any(a.generation for a in arms.values()),
+        "speed": any(c.speed for c in costs.values()),
+        "sweep": any(c.survival for c in costs.values()),
+        "prefix": any(c.prefix for c in costs.values()),
+    }
+    enabled = {"concurrency": probes.concurrency.enabled, "generate": probes.generate.enabled,
+               "speed": probes.speed.enabled, "sweep": probes.sweep.enabled,
+               "prefix": probes.prefix.enabled}
+    for name, on in enabled.items():
+        if not on:
+            out[name] = Untested(reason="disabled")
+        elif name in ("speed", "sweep", "prefix") and plan.base_url:
+            out[name] = Untested(reason="external endpoint")
+        elif not measured[name]:
+            out[name] = Untested(reason="no measurement")
+    if not any(c.capacity.reported for c in costs.values()):
+        out["capacity"] = Untested(reason="not reported")
     return out
 
 
-def gaps(costs: dict[str, Any], plan: dict[str, Any]) -> list[str]:
-    """Parts of the cost regime that were planned and not reached."""
-    out = []
-    for arm, c in costs.items():
-        s = c["survival"]
-        if s is not None and s["not_measured"]:
-            out.append(f"{arm}: {len(s['not_measured'])} sweep point(s) not measured "
-                       f"(e.g. {s['not_measured'][0][0]} tokens x {s['not_measured'][0][1]})")
-        if s is not None:
-            short = [p for p in s["points"] if p["achieved_ok"] is False]
-            if short:
-                out.append(f"{arm}: {len(short)} sweep point(s) whose achieved prompt tokens "
-                           f"are off the nominal length by more than "
-                           f"{plan['probes']['sweep']['tolerance']:.0%}")
-        for skip in (c["speed"] or {}).get("skipped", []):
-            out.append(f"{arm}: speed at {skip['length']} tokens: {skip['reason']}")
-    return out
-
-
-def summarize(evidence: Evidence) -> dict[str, Any]:
-    plan = evidence.lock["plan"]
-    arms = list(evidence.lock["arm_order"])
-    summary = summarize_drift(evidence)
-    costs = cost.summarize_costs(evidence, cells_by_arm(evidence))
-    missing = untested(plan, summary["arms"], costs)
-    summary["costs"] = costs
-    summary["untested"] = missing
-    summary["gaps"] = [*summary["gaps"], *gaps(costs, plan)]
-    summary["verdict"] = verdict.verdict(plan, arms, summary["arms"], costs, missing)
-    return summary
+def summarize(evidence: Evidence) -> Summary:
+    plan = evidence.plan
+    by_arm = drift.cells_by_arm(evidence)
+    arms = drift.analyse_arms(evidence, by_arm)
+    costs = cost.summarize_costs(evidence, by_arm)
+    comparisons = cost.compare_arms(costs, evidence.arms[0])
+    missing = untested(plan, arms, costs)
+    return Summary(
+        plan_sha256=evidence.locked.sha256, engine=plan.engine, model=plan.model,
+        threshold_abs_nll=plan.thresholds.moved_abs_nll, arms=arms,
+        arm_shifts=drift.arm_shifts(by_arm, plan.thresholds.moved_abs_nll,
+                                    {arm: d.signature for arm, d in arms.items()}),
+        generation_arm_shifts=generation.across_arms(by_arm),
+        failed_launches=drift.failed_launches(evidence), cells=len(evidence.cells),
+        partial_cells=drift.partial_cells(evidence),
+        invalid_rows=sum(a.invalid_rows for a in arms.values()),
+        error_rows=sum(a.error_rows for a in arms.values()), setup=drift.setup(evidence),
+        detectable_rate=stats.detectable_rate(len(evidence.locked.corpus.texts)),
+        gaps=[*drift.drift_gaps(evidence, arms), *cost.cost_gaps(costs, comparisons, evidence)],
+        costs=costs, comparisons=comparisons, untested=missing,
+        verdict=verdict.verdict(plan, evidence.arms, arms, costs, comparisons, missing))

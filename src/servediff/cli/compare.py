@@ -22,8 +22,8 @@ def compare(a: Path, b: Path, as_json: bool, threshold: float) -> None:
     """Texts compared, moved, max |delta| and its tag, tags in only one file."""
     result = compare_scores(read_scores(a), read_scores(b), threshold)
     if as_json:
-        out.print(json.dumps(result.as_dict(), indent=1), markup=False, highlight=False,
-                  soft_wrap=True)
+        out.print(json.dumps(result.model_dump(mode="json"), indent=1), markup=False,
+                  highlight=False, soft_wrap=True)
         return
     out.print(f"compared {result.compared} texts: {result.moved} moved "
               f"(|dNLL| > {threshold:g}); max |dNLL| {result.max_abs_delta:.6g}"

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from servediff import atomic
+from servediff.analysis.numbers import differences
 from servediff.analysis.summary import summarize
 from servediff.bundle import Layout, read_evidence
 from servediff.cli.console import err, out
@@ -18,18 +19,31 @@ from servediff.report.table import run_view
 @click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
 @click.option("--json", "as_json", is_flag=True, help="print the re-derived summary as JSON")
 def rederive(run_dir: Path, as_json: bool) -> int:
-    """Recompute the summary from RUN's raw evidence and check it against summary.json."""
+    """Recompute the summary from RUN's raw evidence and check it against summary.json.
+
+    A summary.json written by an earlier servediff (an older schema) is checked on the
+    numbers it holds; exit 1 names the first values that differ."""
     summary = summarize(read_evidence(run_dir))
+    derived = json.loads(atomic.dumps(summary.model_dump(mode="json")))
     if as_json:
-        out.print(atomic.dumps(summary), end="", markup=False, highlight=False, soft_wrap=True)
+        out.print(atomic.dumps(derived), end="", markup=False, highlight=False, soft_wrap=True)
     else:
         out.print(run_view(summary))
-    stored = Layout(run_dir).summary
-    if not stored.exists():
+    stored_path = Layout(run_dir).summary
+    if not stored_path.exists():
         err.print("no summary.json in this run yet; nothing to check against")
         return 0
-    if json.loads(stored.read_text(encoding="utf-8")) != json.loads(atomic.dumps(summary)):
-        err.print("[red]re-derived summary differs from summary.json[/red]")
+    stored = json.loads(stored_path.read_text(encoding="utf-8"))
+    compared, diffs = differences(stored, derived)
+    version = stored.get("schema_version") if isinstance(stored, dict) else None
+    older = version != derived["schema_version"]
+    what = (f"the {compared} numbers of summary.json (schema {version}, an earlier servediff)"
+            if older else "summary.json")
+    if diffs:
+        err.print(f"[red]re-derived summary differs from {what}[/red]; first differences "
+                  "(path: stored -> re-derived):", markup=True, highlight=False, soft_wrap=True)
+        for line in diffs:
+            err.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
         return 1
-    err.print("re-derived summary equals summary.json")
+    err.print(f"re-derived summary equals {what}", markup=False, highlight=False, soft_wrap=True)
     return 0

@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from servediff.analysis.findings import ArmCosts, Speed, Summary, Survival, SweepPointView
+from servediff.report import words
 
 OUTCOME_MARK = {"ok": "ok", "slow": "slow", "error": "error", "hang": "HANG",
                 "timeout": "TIMEOUT", "death": "DEATH"}
 
+SurvivalGrid = tuple[dict[str, Survival], list[tuple[str, int]], list[int],
+                     dict[tuple[str, int, int], SweepPointView]]
 
-def verdict_lines(summary: dict[str, Any]) -> list[str]:
-    v = summary.get("verdict")
-    if not v or not v["pairs"]:
+
+def verdict_lines(summary: Summary) -> list[str]:
+    if not summary.verdict.pairs:
         return []
     lines = ["### Verdict per arm pair", ""]
-    for pair in v["pairs"]:
-        lines += [f"**{pair['headline']}.**", ""]
-        if pair["fix"]:
-            lines += [pair["fix"] + ".", ""]
-        for c in pair["claims"]:
-            if c["kind"] in ("cost", "gain", "within noise", "drift"):
-                where = f" _(covers: {c['regime']})_" if c["regime"] else ""
-                refs = f" [{', '.join(c['evidence'][:4])}]" if c["evidence"] else ""
-                lines.append(f"- {c['kind']}: {c['text']}{where}{refs}")
+    for pair in summary.verdict.pairs:
+        lines += [f"**{words.headline(pair)}.**", ""]
+        if fix := words.fix_text(pair):
+            lines += [fix + ".", ""]
+        for c in pair.claims:
+            if c.kind in ("cost", "gain", "within noise", "drift"):
+                regime = words.claim_regime(c)
+                where = f" _(covers: {regime})_" if regime else ""
+                refs = f" [{', '.join(c.evidence[:4])}]" if c.evidence else ""
+                lines.append(f"- {c.kind}: {words.claim_text(c)}{where}{refs}")
         lines.append("")
     return lines
 
@@ -30,44 +34,40 @@ def _n(x: float | None) -> str:
     return "-" if x is None else f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
 
 
-def speed_lines(arm: str, speed: dict[str, Any]) -> list[str]:
+def speed_lines(arm: str, speed: Speed) -> list[str]:
     lines = [f"Speed of `{arm}` (mean of the kept replicates, 95 % bootstrap band):", "",
              "| prompt tokens | replicates | decode tok/s | prefill tok/s | TTFT s |",
              "| --- | --- | --- | --- | --- |"]
-    for e in speed["per_length"]:
+    for e in speed.per_length:
         cells = []
-        for metric in ("decode_tok_s", "prefill_tok_s", "ttft_s"):
-            m = e[metric]
-            band = m["band95"]
-            cells.append(f"{_n(m['mean'])}" + (f" [{_n(band[0])}, {_n(band[1])}]"
-                                               if band else ""))
-        lines.append(f"| {e['prompt_tokens']} | {e['replicates']} | " + " | ".join(cells)
-                     + " |")
+        for m in (e.decode_tok_s, e.prefill_tok_s, e.ttft_s):
+            band = m.band95
+            cells.append(f"{_n(m.mean)}" + (f" [{_n(band[0])}, {_n(band[1])}]" if band else ""))
+        lines.append(f"| {e.prompt_tokens} | {e.replicates} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
-def survival_grid(costs: dict[str, Any]) -> tuple[
-        dict[str, Any], list[tuple[str, int]], list[int],
-        dict[tuple[str, int, int], dict[str, Any]]] | None:
+def survival_grid(summary: Summary) -> SurvivalGrid | None:
     """Every arm's sweep as one grid: sweeps per arm, (arm, level) columns, lengths, and
     the point at (arm, level, length); None when no arm has a sweep."""
-    sweeps = {arm: c["survival"] for arm, c in costs.items() if c["survival"]}
+    sweeps = {arm: c.survival for arm, c in summary.costs.items() if c.survival}
     if not sweeps:
         return None
-    columns = [(arm, lv) for arm, s in sweeps.items() for lv in s["levels"]]
-    lengths = sorted({p["length"] for s in sweeps.values() for p in s["points"]})
-    at = {(arm, p["level"], p["length"]): p for arm, s in sweeps.items() for p in s["points"]}
+    columns = [(arm, lv) for arm, s in sweeps.items() for lv in s.levels]
+    lengths = sorted({p.length for s in sweeps.values() for p in s.points})
+    at = {(arm, p.level, p.length): p for arm, s in sweeps.items() for p in s.points}
     return sweeps, columns, lengths, at
 
 
-def survival_lines(costs: dict[str, Any]) -> list[str]:
-    grid = survival_grid(costs)
+def survival_lines(summary: Summary) -> list[str]:
+    grid = survival_grid(summary)
     if grid is None:
         return []
     sweeps, columns, lengths, at = grid
     lines = ["Survival map (prompt length x concurrency x arm; DEATH = the server process "
-             "exited, HANG = no answer while alive; past the context an error is the "
-             "expected refusal):", "",
+             "exited, HANG = no answer and no work while alive, TIMEOUT = busy but no answer "
+             "by the bound, slow = answered after the request timeout; past the context an "
+             "error is the expected refusal):", "",
              "| prompt tokens | " + " | ".join(f"`{a}` x{lv}" for a, lv in columns) + " |",
              "| --- |" + " --- |" * len(columns)]
     for n in lengths:
@@ -76,69 +76,69 @@ def survival_lines(costs: dict[str, Any]) -> list[str]:
             p = at.get((arm, lv, n))
             if p is None:
                 row.append("-")
-            else:
-                mark = OUTCOME_MARK[p["outcome"]]
-                if p["outcome"] == "error" and p["http_status"]:
-                    mark += f" {p['http_status']}"
-                if p["outcome"] == "death" and p["signal"]:
-                    mark += f" {p['signal']}"
-                if p["achieved_ok"] is False:
-                    mark += " (short)"
-                row.append(mark)
+                continue
+            mark = OUTCOME_MARK[p.outcome]
+            if p.outcome == "error" and p.http_status:
+                mark += f" {p.http_status}"
+            if p.outcome == "death" and p.signal:
+                mark += f" {p.signal}"
+            if p.achieved_ok is False:
+                mark += " (short)"
+            row.append(mark)
         lines.append(f"| {n:,} | " + " | ".join(row) + " |")
     lines.append("")
     for arm, s in sweeps.items():
-        largest = s["largest_ok_length"].get("1")
+        largest = s.largest_ok_length.get("1")
         lines.append(f"- `{arm}`: largest single prompt that survived: "
                      f"{'none' if largest is None else f'{largest:,}'} tokens"
-                     f" (context length {_n(s['context_length'])})"
-                     + ("" if s["complete"] else "; the sweep did not finish"))
+                     f" (context length {_n(s.context_length)})"
+                     + ("" if s.complete else "; the sweep did not finish"))
     return [*lines, ""]
 
 
-def capacity_lines(costs: dict[str, Any]) -> list[str]:
-    rows = [(arm, c["capacity"]) for arm, c in costs.items()]
-    if not any(c["reported"] for _, c in rows):
+def capacity_lines(costs: dict[str, ArmCosts]) -> list[str]:
+    rows = [(arm, c.capacity) for arm, c in costs.items()]
+    if not any(c.reported for _, c in rows):
         return ["Capacity: the engine reports no KV pool or concurrency limit.", ""]
-    base = rows[0][1]["kv_tokens"]
+    base = rows[0][1].kv_tokens
     lines = ["| arm | KV pool tokens | vs first arm | max concurrency |",
              "| --- | --- | --- | --- |"]
     for arm, c in rows:
-        kv = c["kv_tokens"]
+        kv = c.kv_tokens
         rel = f"{kv / base - 1:+.0%}" if kv and base else "-"
-        lines.append(f"| `{arm}` | {_n(kv)} | {rel} | {_n(c['max_concurrency'])} |")
+        lines.append(f"| `{arm}` | {_n(kv)} | {rel} | {_n(c.max_concurrency)} |")
     return [*lines, ""]
 
 
-def prefix_lines(costs: dict[str, Any]) -> list[str]:
-    rows = [(arm, c["prefix"]) for arm, c in costs.items() if c["prefix"]]
+def prefix_lines(costs: dict[str, ArmCosts]) -> list[str]:
+    rows = [(arm, c.prefix) for arm, c in costs.items() if c.prefix]
     if not rows:
         return []
     lines = ["Prefix reuse (a shared long prefix, then different questions, one at a time):",
              "", "| arm | prompt tokens | cached tokens, later requests | TTFT first / later |",
              "| --- | --- | --- | --- |"]
     for arm, p in rows:
-        cached = "not reported" if p["later_cached_tokens"] is None else \
-            f"{p['later_cached_tokens']:,}"
-        ratio = "-" if p["first_over_later_ttft"] is None else f"{p['first_over_later_ttft']:.1f}x"
-        lines.append(f"| `{arm}` | {_n(p['prompt_tokens'])} | {cached} | {ratio} |")
+        cached = "not reported" if p.later_cached_tokens is None else \
+            f"{p.later_cached_tokens:,}"
+        ratio = "-" if p.first_over_later_ttft is None else f"{p.first_over_later_ttft:.1f}x"
+        lines.append(f"| `{arm}` | {_n(p.prompt_tokens)} | {cached} | {ratio} |")
     return [*lines, ""]
 
 
-def cost_lines(summary: dict[str, Any]) -> list[str]:
-    costs = summary.get("costs")
+def cost_lines(summary: Summary) -> list[str]:
+    costs = summary.costs
     if not costs:
         return []
     lines = ["### What the arms cost", ""]
     for arm, c in costs.items():
-        if c["speed"]:
-            lines += speed_lines(arm, c["speed"])
-    lines += survival_lines(costs)
+        if c.speed:
+            lines += speed_lines(arm, c.speed)
+    lines += survival_lines(summary)
     lines += capacity_lines(costs)
     lines += prefix_lines(costs)
-    starts = [(arm, c["startup"]) for arm, c in costs.items() if c["startup"]["mean"]]
+    starts = [(arm, c.startup) for arm, c in costs.items() if c.startup.mean]
     if starts:
         lines += ["Start-up to ready: " + "; ".join(
-            f"`{arm}` {s['mean']:.1f} s over {len(s['seconds_to_ready'])} starts"
+            f"`{arm}` {s.mean or 0:.1f} s over {len(s.seconds_to_ready)} starts"
             for arm, s in starts) + ".", ""]
     return lines

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any
 
+from servediff.analysis.findings import Summary
 from servediff.report.plots import PLOTS
 
 STYLE = """
@@ -70,7 +70,7 @@ def markdown_to_html(markdown: str) -> str:
     return "\n".join(out)
 
 
-def render_html(summary: dict[str, Any], markdown: str, title: str) -> str:
+def render_html(summary: Summary, markdown: str, title: str) -> str:
     figures = []
     for key, (caption, draw) in PLOTS.items():
         svg = draw(summary)

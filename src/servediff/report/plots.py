@@ -8,7 +8,7 @@ string, so the same summary always gives the same bytes.
 from __future__ import annotations
 
 import io
-from typing import Any
+from collections.abc import Callable
 
 import matplotlib
 
@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
+from servediff.analysis.findings import Metric, Summary
 from servediff.report.costs import survival_grid
 
 plt.rcParams.update({"svg.hashsalt": "servediff", "font.size": 9,
@@ -34,21 +35,21 @@ def _svg(fig: Figure) -> str:
     return text[text.index("<svg"):]
 
 
-def comparisons(summary: dict[str, Any], repeats: bool) -> list[tuple[str, dict[str, float]]]:
+def comparisons(summary: Summary, repeats: bool) -> list[tuple[str, dict[str, float]]]:
     """(label, per-text deltas) of every load pair (and repeat) of every arm, and between
     arms; comparisons with no text left out."""
     series = []
-    for arm, data in summary["arms"].items():
-        for p in data["across_load"]:
-            series.append((f"{arm}: load {p['load_a']} vs {p['load_b']}", p["deltas"]))
-        for p in data["within_load"] if repeats else []:
-            series.append((f"{arm}: load {p['load']} repeat {p['repeat']}", p["deltas"]))
-    for p in summary.get("arm_shifts", []):
-        series.append((f"{p['arm_a']} vs {p['arm_b']}", p["deltas"]))
+    for arm, data in summary.arms.items():
+        for p in data.across_load:
+            series.append((f"{arm}: load {p.load_a} vs {p.load_b}", p.deltas))
+        for r in data.within_load if repeats else []:
+            series.append((f"{arm}: load {r.load} repeat {r.repeat}", r.deltas))
+    for s in summary.arm_shifts:
+        series.append((f"{s.arm_a} vs {s.arm_b}", s.deltas))
     return [(label, d) for label, d in series if d]
 
 
-def dnll_per_text(summary: dict[str, Any]) -> str | None:
+def dnll_per_text(summary: Summary) -> str | None:
     """Per-text dNLL for every load pair of every arm, and between arms."""
     series = comparisons(summary, repeats=True)
     if not series:
@@ -68,7 +69,7 @@ def dnll_per_text(summary: dict[str, Any]) -> str | None:
     return _svg(fig)
 
 
-def dnll_magnitude(summary: dict[str, Any]) -> str | None:
+def dnll_magnitude(summary: Summary) -> str | None:
     """|dNLL| per text on a log scale, one line per comparison."""
     series = comparisons(summary, repeats=False)
     if not series:
@@ -86,8 +87,8 @@ def dnll_magnitude(summary: dict[str, Any]) -> str | None:
     return _svg(fig)
 
 
-def survival_map(summary: dict[str, Any]) -> str | None:
-    found = survival_grid(summary.get("costs") or {})
+def survival_map(summary: Summary) -> str | None:
+    found = survival_grid(summary)
     if found is None:
         return None
     _, columns, lengths, at = found
@@ -96,7 +97,7 @@ def survival_map(summary: dict[str, Any]) -> str | None:
         row = []
         for arm, lv in columns:
             p = at.get((arm, lv, n))
-            row.append(OUTCOMES.index(p["outcome"] if p else "not run"))
+            row.append(OUTCOMES.index(p.outcome if p else "not run"))
         grid.append(row)
     fig, ax = plt.subplots(figsize=(1.2 * len(columns) + 2.5, 0.35 * len(lengths) + 1.4))
     ax.imshow(grid, cmap=ListedColormap(OUTCOME_COLORS), vmin=0, vmax=len(OUTCOMES) - 1,
@@ -113,21 +114,22 @@ def survival_map(summary: dict[str, Any]) -> str | None:
     return _svg(fig)
 
 
-def speed_vs_length(summary: dict[str, Any]) -> str | None:
-    speeds = {arm: c["speed"] for arm, c in (summary.get("costs") or {}).items() if c["speed"]}
+def speed_vs_length(summary: Summary) -> str | None:
+    speeds = {arm: c.speed for arm, c in summary.costs.items() if c.speed}
     if not speeds:
         return None
-    metrics = [("decode_tok_s", "decode tok/s"), ("prefill_tok_s", "prefill tok/s"),
-               ("ttft_s", "TTFT (s)")]
+    metrics: list[tuple[Metric, str]] = [("decode_tok_s", "decode tok/s"),
+                                         ("prefill_tok_s", "prefill tok/s"),
+                                         ("ttft_s", "TTFT (s)")]
     fig, axes = plt.subplots(1, 3, figsize=(11, 3))
     for ax, (metric, label) in zip(axes, metrics, strict=True):
         for arm, speed in speeds.items():
-            rows = [e for e in speed["per_length"] if e[metric]["mean"] is not None]
-            xs = [e["prompt_tokens"] for e in rows]
-            means = [e[metric]["mean"] for e in rows]
+            rows = [e for e in speed.per_length if e.metric(metric).mean is not None]
+            xs = [e.prompt_tokens for e in rows]
+            means = [e.metric(metric).mean for e in rows]
             line = ax.plot(xs, means, marker="o", label=arm)[0]
-            bands = [(x, e[metric]["band95"]) for x, e in zip(xs, rows, strict=True)
-                     if e[metric]["band95"]]
+            bands = [(x, band) for x, e in zip(xs, rows, strict=True)
+                     if (band := e.metric(metric).band95)]
             if bands:
                 ax.fill_between([x for x, _ in bands], [b[0] for _, b in bands],
                                 [b[1] for _, b in bands], alpha=0.25, color=line.get_color())
@@ -142,8 +144,8 @@ def speed_vs_length(summary: dict[str, Any]) -> str | None:
     return _svg(fig)
 
 
-def capacity_bars(summary: dict[str, Any]) -> str | None:
-    caps = [(arm, c["capacity"]["kv_tokens"]) for arm, c in (summary.get("costs") or {}).items()]
+def capacity_bars(summary: Summary) -> str | None:
+    caps = [(arm, c.capacity.kv_tokens) for arm, c in summary.costs.items()]
     if not any(kv for _, kv in caps):
         return None
     fig, ax = plt.subplots(figsize=(5, 2.6))
@@ -157,18 +159,17 @@ def capacity_bars(summary: dict[str, Any]) -> str | None:
     return _svg(fig)
 
 
-def drift_heatmap(summary: dict[str, Any]) -> str | None:
+def drift_heatmap(summary: Summary) -> str | None:
     """Distinct results of identical requests: prompt length x concurrency, per arm and kind."""
     panels = []
-    for arm, data in summary["arms"].items():
-        conc = data.get("concurrency")
+    for arm, data in summary.arms.items():
+        conc = data.concurrency
         if not conc:
             continue
-        grid = conc["table"]
-        for kind in grid.get("kinds", ["generate"]):
-            cells = {(e["length"], e["level"]): e["distinct"] for e in grid["cells"]
-                     if e.get("kind", "generate") == kind}
-            panels.append((f"{arm}: {kind}", grid["lengths"], grid["levels"], cells))
+        grid = conc.table
+        for kind in grid.kinds:
+            cells = {(e.length, e.level): e.distinct for e in grid.cells if e.kind == kind}
+            panels.append((f"{arm}: {kind}", grid.lengths, grid.levels, cells))
     if not panels:
         return None
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 0.5, 2.8),
@@ -187,7 +188,7 @@ def drift_heatmap(summary: dict[str, Any]) -> str | None:
     return _svg(fig)
 
 
-PLOTS = {
+PLOTS: dict[str, tuple[str, Callable[[Summary], str | None]]] = {
     "dnll-per-text": ("Per-text dNLL per load pair and arm", dnll_per_text),
     "dnll-magnitude": ("How far texts moved", dnll_magnitude),
     "drift-heatmap": ("Drift by prompt length x concurrency", drift_heatmap),

@@ -1,0 +1,713 @@
+"""What the analysis finds, typed: the schema of `summary.json` (schema version 2).
+
+Analysis builds these from raw evidence and nothing else; `report/` turns them
+into words. No sentence is stored here: a signature, a claim, a gap or a
+reason is a kind plus its numbers and the evidence files behind it, so that
+any renderer (terminal, Markdown, HTML, evidence packet) says the same thing
+and `servediff rederive` compares numbers, not prose.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from servediff.evidence import Outcome, Phase, RequestKind, Skipped
+from servediff.plan import ProbesSpec
+
+SUMMARY_SCHEMA_VERSION = 2
+
+Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
+Band = list[float]
+
+
+class Finding(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- comparisons of per-text scores -------------------------------------------------------
+
+class Comparison(Finding):
+    """b minus a over the texts both scored with the same ids."""
+
+    compared: int
+    moved: int
+    moved_tags: list[str]
+    # exact 95 % interval of the rate behind moved / compared
+    moved_ci95: Band | None
+    max_abs_delta: float
+    max_tag: str | None
+    mean_delta: float
+    bit_identical: bool
+    ids_differ: list[str] = Field(default_factory=list)
+    only_a: list[str] = Field(default_factory=list)
+    only_b: list[str] = Field(default_factory=list)
+    # b - a per compared text
+    deltas: dict[str, float] = Field(default_factory=dict)
+
+
+class LoadPair(Comparison):
+    load_a: int
+    load_b: int
+
+
+class RepeatPair(Comparison):
+    load: int
+    repeat: int
+
+
+class BatchPair(Comparison):
+    load: int
+    batch_size: int
+    arm_batch_size: int | None
+
+
+class SkippedRepeat(Finding):
+    load: int
+    repeat: int
+    reason: Literal["different launches"]
+
+
+class Discordant(Finding):
+    """Texts that moved between cold loads under one arm only (paired on texts)."""
+
+    texts: int
+    moved_in_a_only: int
+    moved_in_b_only: int
+    mcnemar_p: float | None
+
+
+ShiftKind = Literal["no arm shift", "arm shift", "arms differ and an arm drifts"]
+
+
+class ArmPair(Comparison):
+    arm_a: str
+    arm_b: str
+    load_a: int
+    load_b: int
+    signature: ShiftKind
+    reload_discordant: Discordant
+
+
+class LoadRow(Finding):
+    load: int
+    launch: int
+    texts: int
+    ok: int
+    invalid: int
+    errors: int
+    tokens_scored: int
+    sum_nll: float
+    perplexity: float | None
+
+
+# --- concurrency ----------------------------------------------------------------------------
+
+class CacheSplit(Finding):
+    """Responses served from a prefix cache vs computed fresh, in one group."""
+
+    kind: RequestKind
+    length: int
+    level: int
+    tag: str | None
+    cached: int
+    uncached: int
+    differ: bool
+
+
+class GroupRow(Finding):
+    kind: RequestKind
+    length: int
+    level: int
+    requests: int
+    ok: int
+    errors: int
+    distinct: int
+    off_majority: int
+    distinct_token_sequences: int
+    majority_hash: str | None
+    max_cached_tokens: int | None
+    cache_split: CacheSplit | None
+
+
+class GroupKey(Finding):
+    kind: RequestKind
+    length: int
+    level: int
+
+
+class FirstDrift(Finding):
+    """The shortest drifting length, at the lowest level it drifts at."""
+
+    length: int
+    level: int
+    kinds: list[RequestKind]
+
+
+class LoadConcurrency(Finding):
+    load: int
+    launch: int
+    groups: list[GroupRow]
+    control_ok: bool
+    control_failed: list[GroupKey]
+    drifting_groups: int
+    first_drift: FirstDrift | None
+    skipped: list[Skipped]
+
+
+class TableCell(Finding):
+    kind: RequestKind
+    length: int
+    level: int
+    distinct: int
+    off_majority: int
+    requests: int
+    errors: int
+    off_majority_ci95: Band | None
+
+
+class ConcurrencyTable(Finding):
+    kinds: list[RequestKind]
+    lengths: list[int]
+    levels: list[int]
+    cells: list[TableCell]
+
+
+class ControlAcrossLoads(Finding):
+    """Per kind and length: the control's majority results of every load, compared."""
+
+    kind: RequestKind
+    length: int
+    loads: list[int]
+    distinct: int
+
+
+class ArmConcurrency(Finding):
+    loads: list[LoadConcurrency]
+    table: ConcurrencyTable
+    control_ok: bool
+    batch_composition: bool
+    first_drift: FirstDrift | None
+    across_loads: list[ControlAcrossLoads]
+    cache_splits: list[CacheSplit]
+    # the cell files behind it
+    cells: list[str] = Field(default_factory=list)
+
+
+# --- generation -------------------------------------------------------------------------------
+
+class Divergence(Finding):
+    tag: str
+    first_position: int
+    differs_in: Literal["tokens", "logprobs only"]
+    a_continuation: list[int]
+    b_continuation: list[int]
+    a_text: str
+    b_text: str
+
+
+class GenerationComparison(Finding):
+    prompts: int
+    diverged: int
+    diverged_ci95: Band | None
+    divergences: list[Divergence]
+
+
+class LoadGeneration(GenerationComparison):
+    load: int
+
+
+class LoadPairGeneration(GenerationComparison):
+    load_a: int
+    load_b: int
+
+
+class ArmPairGeneration(GenerationComparison):
+    arm_a: str
+    arm_b: str
+
+
+class ArmGeneration(Finding):
+    within_load: list[LoadGeneration]
+    across_load: list[LoadPairGeneration]
+    cache_splits: list[CacheSplit]
+    cells: list[str] = Field(default_factory=list)
+
+
+# --- the drift signature ------------------------------------------------------------------
+
+DriftKind = Literal["non-deterministic alone", "within-load", "batch-composition",
+                    "cache-dependent", "across-load"]
+
+
+class DriftFinding(Finding):
+    """One place where the same input gave a different number, with its numbers.
+
+    `scope` says which probe showed it:
+      control      the concurrency probe's one-at-a-time requests disagreed
+      repeat       a repeat pass (or greedy repeats) in the same load moved
+      batch size   scoring at another batch size moved (`batch_sizes` vs
+                   `arm_batch_size`; `control`: a same-size repeat held still)
+      concurrency  identical requests disagreed in flight together (`request_kinds`,
+                   from `length` tokens at `level`)
+      cache split  responses served from the prefix cache differ from fresh ones
+                   (`count` of `of` groups)
+      cache arms   within-load drift with the cache on, while `reference_arm` with
+                   it off held still
+      loads        cold loads disagree (scores, generations or the control)
+    """
+
+    kind: DriftKind
+    scope: Literal["control", "repeat", "batch size", "concurrency", "cache split",
+                   "cache arms", "loads"]
+    evidence: list[str] = Field(default_factory=list)
+    count: int | None = None
+    of: int | None = None
+    request_kinds: list[RequestKind] = Field(default_factory=list)
+    length: int | None = None
+    level: int | None = None
+    batch_sizes: list[int] = Field(default_factory=list)
+    arm_batch_size: int | None = None
+    control: bool | None = None
+    reference_arm: str | None = None
+
+
+class Signature(Finding):
+    """`drift` with its findings, or why nothing moved (or nothing could be compared)."""
+
+    name: Literal["bit-identical", "stable within threshold", "not measured", "drift"]
+    findings: list[DriftFinding] = Field(default_factory=list)
+
+    @property
+    def stable(self) -> bool:
+        return self.name in ("bit-identical", "stable within threshold")
+
+    def has(self, kind: DriftKind) -> bool:
+        return any(f.kind == kind for f in self.findings)
+
+
+class ArmDrift(Finding):
+    loads: list[LoadRow]
+    across_load: list[LoadPair]
+    within_load: list[RepeatPair]
+    within_load_skipped: list[SkippedRepeat]
+    batch_size: list[BatchPair]
+    concurrency: ArmConcurrency | None
+    generation: ArmGeneration | None
+    signature: Signature
+    invalid_rows: int
+    error_rows: int
+    # whether the arm's drift loads served with a prefix cache (None: unknown)
+    prefix_cache: bool | None
+
+
+# --- costs ------------------------------------------------------------------------------------
+
+class MetricStats(Finding):
+    values: list[float]
+    mean: float | None
+    band95: Band | None
+    monotone_drift: bool
+
+
+class SpeedAtLength(Finding):
+    prompt_tokens: int
+    replicates: int
+    errors: int
+    cells: list[str]
+    decode_tok_s: MetricStats
+    prefill_tok_s: MetricStats
+    ttft_s: MetricStats
+
+    def metric(self, name: Metric) -> MetricStats:
+        stats: MetricStats = getattr(self, name)
+        return stats
+
+
+class Trend(Finding):
+    prompt_tokens: int
+    metric: Metric
+
+
+class Speed(Finding):
+    per_length: list[SpeedAtLength]
+    monotone_drift: list[Trend]
+    skipped: list[Skipped] = Field(default_factory=list)
+
+
+class SweepPointView(Finding):
+    length: int
+    level: int
+    outcome: Outcome
+    beyond_context: bool
+    # a hang, timeout or death anywhere; an error response inside the context
+    failure: bool
+    achieved_ok: bool | None
+    achieved_prompt_tokens: list[int | None]
+    http_status: int | None
+    error: str | None
+    returncode: int | None
+    signal: str | None
+    health_answered: bool | None
+    seconds: float
+    launch: int
+
+
+class Survival(Finding):
+    context_length: int | None
+    complete: bool
+    points: list[SweepPointView]
+    levels: list[int]
+    lengths: list[int]
+    # per level (as a string key): the longest length that answered, the first failure
+    largest_ok_length: dict[str, int | None]
+    first_failure: dict[str, SweepPointView | None]
+    not_measured: list[tuple[int, int]]
+    cell: str
+    skipped: list[Skipped]
+
+
+class CapacitySeen(Finding):
+    """What one launch reported, as the engine named it (kv_tokens, total_slots, ...)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    load: int
+    phase: Phase
+    attempt: int
+
+
+class Capacity(Finding):
+    launches: list[CapacitySeen]
+    kv_tokens: int | None
+    kv_tokens_varied: bool
+    max_concurrency: float | None
+    reported: bool
+    evidence: list[str] = Field(default_factory=list)
+
+
+class PrefixLoad(Finding):
+    load: int
+    ok: int
+    prompt_tokens: int | None = None
+    first_ttft_s: float | None = None
+    first_cached_tokens: int | None = None
+    later_ttft_s: float | None = None
+    later_cached_tokens: int | None = None
+    cached_reported: bool | None = None
+
+
+class Prefix(Finding):
+    loads: list[PrefixLoad]
+    cells: list[str]
+    prompt_tokens: int | None
+    later_cached_tokens: int | None
+    cached_reported: bool
+    first_over_later_ttft: float | None
+    later_ttft_s: float | None
+
+
+class Startup(Finding):
+    seconds_to_ready: list[float]
+    mean: float | None
+    band95: Band | None
+
+
+class ArmCosts(Finding):
+    speed: Speed | None
+    survival: Survival | None
+    capacity: Capacity
+    prefix: Prefix | None
+    startup: Startup
+
+
+SpeedVerdict = Literal["cost", "gain", "within noise", "not enough replicates"]
+
+
+class SpeedComparison(Finding):
+    """Arm b against arm a at one prompt length and metric."""
+
+    prompt_tokens: int
+    metric: Metric
+    verdict: SpeedVerdict
+    mean_a: float | None
+    mean_b: float | None
+    difference: float | None
+    difference_band95: Band | None
+    relative: float | None
+    replicates: list[int]
+    cells: list[str]
+
+
+class StartupComparison(Finding):
+    mean_a: float
+    mean_b: float
+    band95: Band
+    verdict: Literal["cost", "gain", "within noise"]
+    starts: list[int]
+
+
+class CostComparison(Finding):
+    """Everything the cost analysis compares between two arms; the verdict reads it."""
+
+    baseline: str
+    arm: str
+    speed: list[SpeedComparison]
+    # None: fewer than three starts on an arm, no band (`starts` says how many)
+    startup: StartupComparison | None
+    starts: list[int]
+
+
+# --- the verdict ------------------------------------------------------------------------------
+
+ClaimKind = Literal["drift", "cost", "gain", "within noise", "survival", "note"]
+
+
+class DriftClaim(Finding):
+    topic: Literal["drift"] = "drift"
+    kind: ClaimKind
+    evidence: list[str]
+    arm: str
+    load_a: int
+    load_b: int
+    moved: int
+    compared: int
+    max_abs_delta: float
+    bit_identical: bool
+
+
+class SignatureClaim(Finding):
+    topic: Literal["signature"] = "signature"
+    kind: ClaimKind = "note"
+    evidence: list[str] = Field(default_factory=list)
+    arm: str
+    signature: Signature
+
+
+class SpeedClaim(Finding):
+    topic: Literal["speed"] = "speed"
+    kind: ClaimKind
+    evidence: list[str]
+    baseline: str
+    arm: str
+    comparison: SpeedComparison
+
+
+class TrendClaim(Finding):
+    topic: Literal["speed trend"] = "speed trend"
+    kind: ClaimKind = "note"
+    evidence: list[str] = Field(default_factory=list)
+    arm: str
+    trend: Trend
+
+
+class CapacityClaim(Finding):
+    """KV pool (`what` "kv") or maximum concurrency ("concurrency") of two arms."""
+
+    topic: Literal["capacity"] = "capacity"
+    kind: ClaimKind
+    evidence: list[str]
+    what: Literal["kv", "concurrency"]
+    baseline: str
+    arm: str
+    value_a: int | float | None
+    value_b: int | float | None
+
+
+class FailureClaim(Finding):
+    """A sweep failure of `arm`: a cost of the compared arm where the baseline held, a
+    gain of the compared arm where only the baseline failed, or both failed."""
+
+    topic: Literal["survival failure"] = "survival failure"
+    kind: ClaimKind
+    evidence: list[str]
+    arm: str
+    point: SweepPointView
+    both_failed: bool
+    gain_for: str | None = None
+
+
+class SurvivalClaim(Finding):
+    topic: Literal["survival"] = "survival"
+    kind: ClaimKind = "survival"
+    evidence: list[str]
+    arm: str
+    largest_single: int | None
+    failure: SweepPointView | None
+    context_length: int | None
+    reached_context: bool
+    slow_from: int | None
+    levels: list[int]
+    lengths: list[int]
+
+
+class PrefixClaim(Finding):
+    topic: Literal["prefix"] = "prefix"
+    kind: ClaimKind
+    evidence: list[str]
+    baseline: str
+    arm: str
+    prompt_tokens: int | None
+    cached_a: int | None
+    cached_b: int | None
+    later_ttft_a: float | None
+    later_ttft_b: float | None
+
+
+class StartupClaim(Finding):
+    topic: Literal["startup"] = "startup"
+    kind: ClaimKind
+    evidence: list[str] = Field(default_factory=list)
+    baseline: str
+    arm: str
+    comparison: StartupComparison
+
+
+Claim = Annotated[DriftClaim | SignatureClaim | SpeedClaim | TrendClaim | CapacityClaim
+                  | FailureClaim | SurvivalClaim | PrefixClaim | StartupClaim,
+                  Field(discriminator="topic")]
+
+
+class Fix(Finding):
+    """One arm stopped the reload drift the other showed."""
+
+    fixed: str
+    broken: str
+
+
+class Coverage(Finding):
+    """The regime the cost claims cover."""
+
+    speed_lengths: list[int]
+    speed_max_tokens: int | None
+    sweep_top: int | None
+    sweep_levels: list[int]
+    prefix: bool
+    capacity: bool
+    drift_levels: list[int]
+
+
+class Pair(Finding):
+    baseline: str
+    arm: str
+    costs: int
+    claims: list[Claim]
+    coverage: Coverage
+    not_tested: list[str]
+    fix: Fix | None
+
+
+class Verdict(Finding):
+    baseline: str
+    pairs: list[Pair]
+    coverage: Coverage
+    not_tested: list[str]
+
+
+# --- what was not measured --------------------------------------------------------------------
+
+class Untested(Finding):
+    reason: Literal["disabled", "external endpoint", "no measurement", "not reported"]
+
+
+GapKind = Literal[
+    "loads missing",            # an arm has `count` of `of` planned loads with a score cell
+    "external endpoint",        # no reloads possible
+    "one load",                 # one load per arm: cold reloads not compared
+    "no repeat",                # no within-load repeat ran
+    "first request cached",     # `count` cached tokens on the first request after a start
+    "sweep points missing",     # `count` planned points not measured (first: length x level)
+    "sweep points short",       # `count` points off the nominal length by more than `of` %
+    "speed skipped",            # a speed length left out (`reason`)
+    "startup not compared",     # fewer than three starts on an arm (`count` = the fewest)
+    "one cost load",            # one cost load per arm: load-to-load noise not estimated
+]
+
+
+class Gap(Finding):
+    kind: GapKind
+    arm: str | None = None
+    load: int | None = None
+    phase: Phase | None = None
+    count: int | None = None
+    of: float | None = None
+    length: int | None = None
+    level: int | None = None
+    reason: str | None = None
+
+
+class FailedLaunch(Finding):
+    arm: str
+    load: int
+    phase: Phase = "drift"
+    attempt: int
+    error: str | None
+    died_before_stop: bool
+
+
+class PartialCell(Finding):
+    arm: str
+    load: int
+    probe: str
+    repeat: int
+    launch: int
+    rows: int
+
+
+class CorpusSetup(Finding):
+    name: str
+    texts: int
+
+
+class ArmSetup(Finding):
+    args: list[str]
+    env: dict[str, str]
+    options: dict[str, JsonValue]
+    command: list[str] | None
+    launches: int
+    external: bool
+    seconds_to_ready: list[float]
+    capacity: dict[str, JsonValue]
+    cache_isolation: list[str]
+    first_request_cached_tokens: list[int | None]
+
+
+class Setup(Finding):
+    corpus: CorpusSetup
+    prefix: str | int
+    loads_per_arm: int
+    cost_loads_per_arm: int | None
+    repeats: int
+    probes: ProbesSpec
+    context_lengths: list[int]
+    arms: dict[str, ArmSetup]
+    engine_versions: list[str]
+    weights_sha256: list[str]
+    devices: list[str]
+    cpu: list[str]
+    gpus: list[str]
+    python: list[str]
+
+
+class Summary(Finding):
+    schema_version: int = SUMMARY_SCHEMA_VERSION
+    plan_sha256: str
+    engine: str
+    model: str
+    threshold_abs_nll: float
+    arms: dict[str, ArmDrift]
+    arm_shifts: list[ArmPair]
+    generation_arm_shifts: list[ArmPairGeneration]
+    failed_launches: list[FailedLaunch]
+    cells: int
+    partial_cells: list[PartialCell]
+    invalid_rows: int
+    error_rows: int
+    setup: Setup
+    detectable_rate: float | None
+    gaps: list[Gap]
+    costs: dict[str, ArmCosts]
+    comparisons: list[CostComparison]
+    untested: dict[str, Untested]
+    verdict: Verdict

@@ -1,0 +1,361 @@
+"""Every sentence servediff says about a run, from the typed findings alone.
+
+Analysis stores kinds and numbers; this module is the one place they become
+words, so the terminal, report.md, report.html and the evidence packet say
+the same thing.
+"""
+
+from __future__ import annotations
+
+from servediff.analysis.findings import (
+    CapacityClaim,
+    Claim,
+    Coverage,
+    DriftClaim,
+    DriftFinding,
+    FailedLaunch,
+    FailureClaim,
+    Gap,
+    Metric,
+    Pair,
+    PrefixClaim,
+    ShiftKind,
+    Signature,
+    SignatureClaim,
+    SpeedClaim,
+    StartupClaim,
+    SurvivalClaim,
+    SweepPointView,
+    TrendClaim,
+    Untested,
+)
+from servediff.evidence import RequestKind
+
+METRIC_NAMES: dict[Metric, str] = {"decode_tok_s": "decode tok/s",
+                                   "prefill_tok_s": "prefill tok/s", "ttft_s": "TTFT (s)"}
+KIND_NAMES: dict[RequestKind, str] = {"score": "scoring requests",
+                                      "generate": "greedy generations"}
+
+SIGNATURES = {
+    "bit-identical": "every per-token logprob identical wherever it was compared: each pair "
+                     "of cold loads, each repeat, batch size and concurrency level measured",
+    "stable within threshold": "differences exist but none exceeds the plan's threshold",
+    "across-load only": "stable within each load; moves between cold loads "
+                        "(per-load kernel or autotune choice)",
+    "within-load": "moves between repeats inside one load (batch composition, order, "
+                   "non-deterministic kernels)",
+    "not measured": "only one load and no repeat: nothing to compare",
+    "across-load": "cold loads disagree (per-load kernel or autotune choice)",
+    "batch-composition": "identical requests give different results when they share the "
+                         "engine with others; alone they agree",
+    "non-deterministic alone": "identical requests sent one at a time already disagree",
+    "cache-dependent": "a result changes with whether its prefix came from the prefix cache "
+                       "or was computed fresh",
+}
+
+SHIFTS: dict[ShiftKind, str] = {
+    "no arm shift": "no arm shift",
+    "arm shift": "arm shift",
+    "arms differ and an arm drifts": "arms differ, and at least one arm also drifts by itself",
+}
+
+PROBES = {
+    "concurrency": "identical requests at concurrency >= 2 (batch-composition drift)",
+    "generate": "greedy generation hashed across repeats, loads and arms",
+    "speed": "decode tok/s, TTFT, prefill tok/s with noise bands",
+    "sweep": "prompt lengths up to the context length, survival per length",
+    "prefix": "prefix-cache reuse of a long shared system prompt",
+    "capacity": "KV pool size and max concurrency",
+}
+UNTESTED = {"disabled": "disabled in the plan",
+            "external endpoint": "not run against an external endpoint",
+            "no measurement": "no measurement completed",
+            "not reported": "the engine reports none"}
+FAILED = {"death": "the server died", "hang": "requests hung", "timeout": "requests timed out",
+          "error": "an error response came"}
+
+
+def n3(x: float | None, digits: int = 3) -> str:
+    if x is None:
+        return "n/a"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def finding_text(f: DriftFinding, first: bool) -> str:
+    if f.kind == "non-deterministic alone":
+        return "non-deterministic alone (concurrency-1 control failed)"
+    if f.kind == "within-load":
+        return "within-load"
+    if f.kind == "batch-composition" and f.scope == "batch size":
+        versus = (f"scoring batch size {f.arm_batch_size} vs "
+                  + ", ".join(str(s) for s in f.batch_sizes))
+        return (f"batch-composition ({versus})" if f.control else
+                f"batch-composition ({versus}; no same-size repeat as control)")
+    if f.kind == "batch-composition":
+        what = " and ".join(KIND_NAMES[k] for k in f.request_kinds)
+        return f"batch-composition ({what} from {f.length} tokens at concurrency {f.level})"
+    if f.kind == "cache-dependent" and f.scope == "cache arms":
+        return (f"cache-dependent (prefix cache on; `{f.reference_arm}` with it off held "
+                "still within its loads)")
+    if f.kind == "cache-dependent":
+        return (f"cache-dependent ({f.count} of {f.of} groups: responses served from the "
+                "prefix cache differ from those computed fresh)")
+    return "across-load only" if first else "across-load"
+
+
+def _parts(sig: Signature) -> list[tuple[str, str]]:
+    """(name, text) of each part of a signature."""
+    if sig.name != "drift":
+        return [(sig.name, sig.name)]
+    out = []
+    for i, f in enumerate(sig.findings):
+        text = finding_text(f, first=i == 0)
+        out.append((text.split(" (")[0], text))
+    return out
+
+
+def signature_text(sig: Signature) -> str:
+    return " + ".join(text for _, text in _parts(sig))
+
+
+def signature_meaning(sig: Signature) -> str:
+    return "; ".join(SIGNATURES[name] for name, _ in _parts(sig))
+
+
+def shift_text(kind: ShiftKind) -> str:
+    return SHIFTS[kind]
+
+
+def _where(p: SweepPointView) -> str:
+    return (f"the first {'prompt' if p.level == 1 else str(p.level) + ' concurrent prompts'}"
+            f" of {p.length:,} tokens")
+
+
+def failure_text(arm: str, p: SweepPointView) -> str:
+    where = _where(p)
+    if p.outcome == "death":
+        how = p.signal or (f"exit code {p.returncode}" if p.returncode is not None else "exited")
+        return f"`{arm}`: the server process died at {where} ({how})"
+    if p.outcome == "hang":
+        health = " while its health check still answered" if p.health_answered else ""
+        return f"`{arm}`: requests hung (no answer, no work) at {where}{health}"
+    if p.outcome == "timeout":
+        return (f"`{arm}`: no answer at {where} within the bound, although the engine kept "
+                "working")
+    return f"`{arm}`: error response at {where} (HTTP {p.http_status})"
+
+
+def survival_text(c: SurvivalClaim) -> str:
+    """Where single prompts held, where they failed and how; what the sweep reached."""
+    levels = f"levels {', '.join(str(x) for x in c.levels)}"
+    if c.failure is not None:
+        held = f"up to {c.largest_single:,} tokens" if c.largest_single else "no length"
+        return (f"`{c.arm}` survived single prompts {held}; at {c.failure.length:,} tokens "
+                f"{FAILED[c.failure.outcome]}; {levels}")
+    if c.largest_single is None:
+        return f"`{c.arm}`: no single prompt was measured; {levels}"
+    if c.reached_context and c.context_length:
+        tail = f"every length measured, up to the context length ({c.context_length:,})"
+    else:
+        tail = f"every length measured, up to {c.largest_single:,} tokens" + (
+            f" (the sweep did not reach the context length, {c.context_length:,})"
+            if c.context_length else "")
+    slowly = (f"; answers came after the request timeout from {c.slow_from:,} tokens"
+              if c.slow_from else "")
+    return f"`{c.arm}` survived {tail} as single prompts{slowly}; {levels}"
+
+
+def _speed_text(c: SpeedClaim) -> str:
+    row = c.comparison
+    where = f"{METRIC_NAMES[row.metric]} at {row.prompt_tokens} prompt tokens"
+    if row.difference_band95 is None:
+        return (f"{where}: not enough replicates for a noise band ({row.replicates[0]} and "
+                f"{row.replicates[1]})")
+    lo, hi = row.difference_band95
+    rel = "" if row.relative is None else f" ({row.relative:+.1%})"
+    band = f"95 % band of the difference [{n3(lo)}, {n3(hi)}]"
+    size = f"`{c.arm}` {n3(row.mean_b)} vs `{c.baseline}` {n3(row.mean_a)}{rel}"
+    if row.verdict == "within noise":
+        return f"{where}: {size}, within noise ({band})"
+    return f"{where}: {size}, a {row.verdict} outside the noise ({band})"
+
+
+def _capacity_text(c: CapacityClaim) -> str:
+    a, b, va, vb = c.baseline, c.arm, c.value_a, c.value_b
+    if c.what == "concurrency" and va and vb:
+        return f"maximum concurrency: `{b}` {n3(vb)} vs `{a}` {n3(va)} ({vb / va - 1:+.0%})"
+    if not (va and vb):
+        return f"KV pool reported for one arm only ({a}: {_int(va)}, {b}: {_int(vb)})"
+    text = f"KV pool: `{b}` {vb:,} vs `{a}` {va:,} tokens ({vb / va - 1:+.0%})"
+    return text + ", the same" if c.kind == "note" else text
+
+
+def _int(x: float | None) -> str:
+    return "None" if x is None else str(x)
+
+
+def _prefix_text(c: PrefixClaim) -> str:
+    a, b, ca, cb = c.baseline, c.arm, c.cached_a, c.cached_b
+    ta, tb = c.later_ttft_a, c.later_ttft_b
+    if ca is None and cb is None:
+        return (f"prefix reuse: neither arm reports cached tokens; TTFT of repeated requests "
+                f"`{a}` {n3(ta)} s vs `{b}` {n3(tb)} s")
+    ttft = (f"; TTFT of later requests {n3(tb)} s vs {n3(ta)} s"
+            + (f" ({tb / ta:.1f}x)" if ta and tb else ""))
+    tokens = c.prompt_tokens or 0
+    if c.kind == "cost":
+        return (f"prefix reuse lost: a repeated {tokens:,}-token prompt gets {cb or 0:,} cached "
+                f"tokens under `{b}` vs {ca or 0:,} under `{a}`{ttft}")
+    if c.kind == "gain":
+        return (f"prefix reuse: {cb or 0:,} cached tokens under `{b}` vs {ca or 0:,} under "
+                f"`{a}`{ttft}")
+    return f"prefix reuse: the same under both arms ({ca} cached tokens){ttft}"
+
+
+def _startup_text(c: StartupClaim) -> str:
+    s = c.comparison
+    size = f"`{c.arm}` {s.mean_b:.1f} s vs `{c.baseline}` {s.mean_a:.1f} s"
+    if s.verdict == "within noise":
+        return (f"start-up to ready: {size}, within noise "
+                f"(band [{s.band95[0]:.1f}, {s.band95[1]:.1f}] s)")
+    return f"start-up to ready: {size} ({s.mean_b / s.mean_a - 1:+.0%})"
+
+
+def claim_text(c: Claim) -> str:
+    if isinstance(c, DriftClaim):
+        tail = (f" (max |dNLL| {c.max_abs_delta:.3g})" if c.moved else
+                " (bit-identical)" if c.bit_identical else "")
+        return (f"`{c.arm}` moved {c.moved} of {c.compared} texts between cold loads "
+                f"{c.load_a} and {c.load_b}{tail}")
+    if isinstance(c, SignatureClaim):
+        return f"`{c.arm}` drift signature: {signature_text(c.signature)}"
+    if isinstance(c, SpeedClaim):
+        return _speed_text(c)
+    if isinstance(c, TrendClaim):
+        return (f"`{c.arm}`: {METRIC_NAMES[c.trend.metric]} at {c.trend.prompt_tokens} tokens "
+                "moved in one direction over every replicate (thermal or cache artefact?)")
+    if isinstance(c, CapacityClaim):
+        return _capacity_text(c)
+    if isinstance(c, FailureClaim):
+        tail = (" (both arms failed there)" if c.both_failed else
+                f" (a gain for `{c.gain_for}`, which held there)" if c.gain_for else "")
+        return failure_text(c.arm, c.point) + tail
+    if isinstance(c, SurvivalClaim):
+        return survival_text(c)
+    if isinstance(c, PrefixClaim):
+        return _prefix_text(c)
+    return _startup_text(c)
+
+
+def claim_regime(c: Claim) -> str:
+    """The regime a claim covers, in words ("" where it states none)."""
+    if isinstance(c, DriftClaim):
+        return f"{c.compared} texts, teacher-forced"
+    if isinstance(c, SignatureClaim):
+        return "drift probes run"
+    if isinstance(c, SpeedClaim):
+        row = c.comparison
+        if row.difference_band95 is None:
+            return ""
+        return (f"{row.prompt_tokens} prompt tokens, one request at a time, "
+                f"{row.replicates[0]}+{row.replicates[1]} replicates")
+    if isinstance(c, CapacityClaim):
+        if not (c.value_a and c.value_b):
+            return ""
+        return ("as the engine reported it at start-up" if c.what == "kv"
+                else "as the engine reported it")
+    if isinstance(c, FailureClaim):
+        return f"sweep level {c.point.level}"
+    if isinstance(c, SurvivalClaim):
+        return f"sweep lengths {c.lengths[0]:,}..{c.lengths[-1]:,}" if c.lengths else "sweep"
+    if isinstance(c, PrefixClaim):
+        return f"a shared prefix, {c.prompt_tokens} prompt tokens per request, one at a time"
+    if isinstance(c, StartupClaim):
+        return f"{c.comparison.starts[0]}+{c.comparison.starts[1]} starts"
+    return ""
+
+
+def coverage_text(c: Coverage) -> str:
+    """The regime the cost claims cover, in one line."""
+    parts = []
+    if c.speed_lengths:
+        parts.append(f"speed at {', '.join(str(n) for n in c.speed_lengths)} prompt tokens with "
+                     f"{c.speed_max_tokens} output tokens, one request at a time")
+    if c.sweep_top is not None:
+        parts.append(f"prompts up to {c.sweep_top:,} tokens at concurrency "
+                     f"{', '.join(str(x) for x in c.sweep_levels)}")
+    if c.prefix:
+        parts.append("a repeated shared prefix")
+    if c.capacity:
+        parts.append("KV capacity as reported")
+    if c.drift_levels:
+        parts.append(f"drift at concurrency {', '.join(str(x) for x in c.drift_levels)}")
+    return "; ".join(parts) if parts else "no cost probe"
+
+
+def headline(pair: Pair) -> str:
+    found = [claim_text(c) for c in pair.claims if c.kind == "cost"]
+    if found:
+        text = (f"`{pair.arm}` vs `{pair.baseline}`: {len(found)} cost(s) found: "
+                + "; ".join(found))
+    else:
+        text = (f"`{pair.arm}` vs `{pair.baseline}`: no cost observed within "
+                f"{coverage_text(pair.coverage)}")
+    if pair.not_tested:
+        text += f". Not tested: {', '.join(pair.not_tested)}"
+    return text
+
+
+def fix_text(pair: Pair) -> str | None:
+    fix = pair.fix
+    if fix is None:
+        return None
+    text = f"`{fix.fixed}` stopped the reload drift that `{fix.broken}` showed"
+    if fix.fixed != pair.arm:
+        return text
+    costs = [claim_text(c) for c in pair.claims if c.kind == "cost"]
+    if costs:
+        return text + ", at these measured costs: " + "; ".join(costs)
+    return text + ", with no cost observed within the regime covered"
+
+
+def untested_text(name: str, why: Untested) -> str:
+    return f"{PROBES[name]}: {UNTESTED[why.reason]}"
+
+
+def gap_text(g: Gap) -> str:
+    load = f"{'cost load' if g.phase == 'cost' else 'load'} {g.load}"
+    texts = {
+        "loads missing": f"{g.arm}: {g.count} of {_whole(g.of)} planned loads have a score cell",
+        "external endpoint": "across-load drift: an external endpoint; servediff cannot reload "
+                             "a server it did not start, so cold reloads were not compared",
+        "one load": "across-load drift: one load per arm, so cold reloads were not compared",
+        "no repeat": "within-load drift: no repeat probe was run",
+        "first request cached": f"{g.arm} {load}: the first request after the start found "
+                                f"{g.count} cached prompt tokens; this load was not cold",
+        "sweep points missing": f"{g.arm}: {g.count} sweep point(s) not measured (e.g. "
+                                f"{g.length} tokens x {g.level})",
+        "sweep points short": f"{g.arm}: {g.count} sweep point(s) whose achieved prompt tokens "
+                              f"are off the nominal length by more than {g.of or 0:.0%}",
+        "speed skipped": f"{g.arm}: speed at {g.length} tokens: {g.reason}",
+        "startup not compared": f"start-up to ready, `{g.arm}` vs the baseline: not compared; "
+                                f"an arm has {g.count} start(s), a noise band needs 3 each",
+        "one cost load": "speed noise between loads: one cost load per arm, so load-to-load "
+                         "noise was not estimated (the bands cover replicates in one load)",
+    }
+    return texts[g.kind]
+
+
+def _whole(x: float | None) -> str:
+    return "?" if x is None else f"{x:g}"
+
+
+def failed_launch_text(f: FailedLaunch) -> str:
+    load = f"{'cost load' if f.phase == 'cost' else 'load'} {f.load}"
+    return f"`{f.arm}` {load} attempt {f.attempt}: {f.error or 'died'}"
+
+
+def request_kinds(kinds: list[RequestKind]) -> str:
+    return " and ".join(KIND_NAMES[k] for k in kinds)
