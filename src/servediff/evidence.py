@@ -160,8 +160,8 @@ class PrefixSample(Model):
     error: str | None = None
 
 
-Probe = Literal["score", "repeat", "batch", "concurrency", "generate", "speed", "sweep",
-                "prefix"]
+ProbeName = Literal["score", "repeat", "batch", "concurrency", "generate", "speed", "sweep",
+                    "prefix"]
 Phase = Literal["drift", "cost"]
 
 
@@ -179,7 +179,7 @@ class Cell(Model):
     arm: str
     load: int
     phase: Phase = "drift"
-    probe: Probe
+    probe: ProbeName
     repeat: int
     launch: int
     order: list[str]

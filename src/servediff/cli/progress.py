@@ -12,6 +12,11 @@ from rich.progress import (
 )
 
 from servediff.cli.console import err
+from servediff.evidence import Phase
+
+
+def _load(arm: str, load: int, phase: Phase) -> str:
+    return f"{arm} {'cost load' if phase == 'cost' else 'load'} {load}"
 
 
 class RichObserver:
@@ -33,14 +38,16 @@ class RichObserver:
     def note(self, message: str) -> None:
         self.progress.console.print(f"[dim]{message}[/dim]", markup=True, highlight=False)
 
-    def load_starting(self, arm: str, load: int, attempt: int) -> None:
+    def load_starting(self, arm: str, load: int, attempt: int, phase: Phase) -> None:
         again = f" (attempt {attempt})" if attempt > 1 else ""
-        self._loading = self.progress.add_task(f"{arm} load {load}: cold start{again}", total=None)
+        self._loading = self.progress.add_task(f"{_load(arm, load, phase)}: cold start{again}",
+                                               total=None)
 
-    def load_ready(self, arm: str, load: int, seconds: float) -> None:
+    def load_ready(self, arm: str, load: int, seconds: float, phase: Phase) -> None:
         if self._loading is not None:
             self.progress.update(self._loading, total=1, completed=1,
-                                 description=f"{arm} load {load}: ready in {seconds:.1f}s")
+                                 description=f"{_load(arm, load, phase)}: ready in "
+                                 f"{seconds:.1f}s")
             self._loading = None
 
     def cell_starting(self, name: str, total: int) -> None:

@@ -14,11 +14,11 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from servediff import gpu
+from servediff.evidence import Stop
 
 LOG_TAIL_BYTES = 4000
 
@@ -60,26 +60,6 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-@dataclass(frozen=True)
-class StopRecord:
-    died_before_stop: bool
-    returncode: int | None
-    signal: str | None
-    needed_kill: bool
-    stop_seconds: float
-    port_closed: bool
-    group_gone: bool
-    # MiB of GPU memory the engine's processes held before the stop / still held
-    # after it; None where there is no GPU or no NVML.
-    gpu_memory_before_mb: dict[int, int] | None
-    gpu_memory_after_mb: dict[int, int] | None
-    log_tail: str
-
-    @property
-    def gpu_memory_released(self) -> bool | None:
-        return None if self.gpu_memory_after_mb is None else not self.gpu_memory_after_mb
-
-
 def tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
     try:
         with path.open("rb") as fh:
@@ -88,6 +68,34 @@ def tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+class EngineHandle(Protocol):
+    """What the runner needs of a started engine (`EngineProcess`, or a fake in tests)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    log_path: Path
+    started_at: float
+
+    def alive(self) -> bool: ...
+
+    def exited_within(self, seconds: float) -> bool: ...
+
+    def exit_status(self, wait_s: float) -> tuple[int | None, str | None] | None: ...
+
+    def stop(self, grace_s: float) -> Stop: ...
+
+
+class Launcher(Protocol):
+    """Starts an engine: `EngineProcess` itself, or a fake in tests."""
+
+    def __call__(self, argv: list[str], env: dict[str, str], log_path: Path, host: str,
+                 port: int) -> EngineHandle: ...
 
 
 class EngineProcess:
@@ -100,7 +108,6 @@ class EngineProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log: IO[bytes] = log_path.open("ab")
         self.started_at = time.time()
-        self._t0 = time.monotonic()
         self.proc = subprocess.Popen(
             argv,
             env={**os.environ, **env},
@@ -134,10 +141,11 @@ class EngineProcess:
         rc = self.proc.returncode
         return rc, signal.Signals(-rc).name if rc is not None and rc < 0 else None
 
-    def seconds_since_start(self) -> float:
-        return time.monotonic() - self._t0
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
 
-    def stop(self, grace_s: float, settle_s: float = 10.0) -> StopRecord:
+    def stop(self, grace_s: float, settle_s: float = 10.0) -> Stop:
         """TERM the group, KILL after `grace_s`; then wait up to `settle_s` for the port,
         the group's processes and their GPU memory to go."""
         t0 = time.monotonic()
@@ -166,7 +174,7 @@ class EngineProcess:
             gpu_after = gpu.memory_by_pid(members)
         self._log.close()
         rc = self.proc.returncode
-        return StopRecord(
+        return Stop(
             died_before_stop=died_before,
             returncode=rc,
             signal=signal.Signals(-rc).name if rc is not None and rc < 0 else None,
@@ -176,6 +184,7 @@ class EngineProcess:
             group_gone=not group_members(self.proc.pid),
             gpu_memory_before_mb=gpu_before,
             gpu_memory_after_mb=gpu_after,
+            gpu_memory_released=None if gpu_after is None else not gpu_after,
             log_tail=tail(self.log_path),
         )
 

@@ -4,19 +4,23 @@ For every kind of request (teacher-forced scoring, greedy generation) and
 every prompt length, the same request is sent `requests` times at each
 level: one at a time first (the negative control, which must give one
 result), then with `level` requests in flight at once, so an engine that
-batches them computes each next to different neighbours.
+batches them computes each next to different neighbours. Lengths whose
+prompt and generated tokens do not fit the context, and scoring requests on
+an engine where one score is one request per position, are skipped with the
+reason in the cell.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
 from concurrent.futures import ThreadPoolExecutor
 
-from servediff.engines.base import EngineAdapter, EngineOptions
-from servediff.engines.transport import EngineClient
-from servediff.evidence import Group, RequestKind, Response
-from servediff.plan import ConcurrencyProbe
+from servediff.evidence import Group, RequestKind, Response, Skipped
+from servediff.plan import Plan
 from servediff.probes import requests
+from servediff.probes.base import Probe
+from servediff.schedule import CellSpec
+from servediff.session import LoadSession
 
 
 def prompt_of_length(stream: list[int], head: list[int], length: int) -> list[int]:
@@ -26,23 +30,43 @@ def prompt_of_length(stream: list[int], head: list[int], length: int) -> list[in
     return head + (stream * reps)[:body]
 
 
-def measure(adapter: EngineAdapter, client: EngineClient, options: EngineOptions,
-            prompts: dict[int, list[int]], spec: ConcurrencyProbe, kinds: list[RequestKind],
-            advanced: Callable[[int], None]) -> list[Group]:
-    groups = []
-    for kind in kinds:
-        for length, ids in prompts.items():
-            def send(i: int, ids: list[int] = ids, kind: RequestKind = kind) -> Response:
-                if kind == "score":
-                    return requests.scoring(adapter, client, ids, options, i)
-                return requests.generation(adapter, client, ids, spec.max_tokens, options, i)
+class Concurrency(Probe):
+    names = ("concurrency",)
+    phase = "drift"
 
-            for level in spec.levels:
-                with ThreadPoolExecutor(max_workers=level) as pool:
-                    responses = list(pool.map(send, range(spec.requests)))
-                groups.append(Group(kind=kind, length=length, level=level,
-                                    max_tokens=spec.max_tokens if kind == "generate" else 0,
-                                    prompt_sha256=requests.prompt_sha256(ids),
-                                    responses=responses))
-                advanced(len(groups))
-    return groups
+    def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
+        return [CellSpec(arm, load, "concurrency", 0)] if plan.probes.concurrency.enabled \
+            else []
+
+    def measure(self, session: LoadSession, cell: CellSpec) -> None:
+        spec = session.plan.probes.concurrency
+        adapter, client, options = session.adapter, session.engine, session.options
+        head, _ = session.head
+        lengths, skipped = session.fits(spec.lengths, spec.max_tokens)
+        prompts = {n: prompt_of_length(session.stream, head, n) for n in lengths}
+        kinds = list(spec.kinds)
+        if "score" in kinds and adapter.concurrent_scoring_gap:
+            kinds.remove("score")
+            skipped.append(Skipped(kind="score", reason=adapter.concurrent_scoring_gap))
+        obs = session.room.observer
+        obs.cell_starting(cell.name, len(prompts) * len(spec.levels) * len(kinds))
+        out = session.cell(cell)
+        t0 = time.monotonic()
+        for kind in kinds:
+            for length, ids in prompts.items():
+                def send(i: int, ids: list[int] = ids, kind: RequestKind = kind) -> Response:
+                    if kind == "score":
+                        return requests.scoring(adapter, client, ids, options, i)
+                    return requests.generation(adapter, client, ids, spec.max_tokens,
+                                               options, i)
+
+                for level in spec.levels:
+                    with ThreadPoolExecutor(max_workers=level) as pool:
+                        responses = list(pool.map(send, range(spec.requests)))
+                    out.groups.append(Group(
+                        kind=kind, length=length, level=level,
+                        max_tokens=spec.max_tokens if kind == "generate" else 0,
+                        prompt_sha256=requests.prompt_sha256(ids), responses=responses))
+                    obs.cell_advanced(len(out.groups))
+        out.prompts, out.skipped = prompts, skipped
+        session.finish(out, time.monotonic() - t0)

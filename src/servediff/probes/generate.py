@@ -7,22 +7,38 @@ neighbours. Analysis compares them within the load, across loads and arms.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
 
-from servediff.engines.base import EngineAdapter, EngineOptions
-from servediff.engines.transport import EngineClient
 from servediff.evidence import Group
+from servediff.plan import Plan
 from servediff.probes import requests
+from servediff.probes.base import Probe
+from servediff.schedule import CellSpec
+from servediff.session import LoadSession
 
 
-def measure(adapter: EngineAdapter, client: EngineClient, options: EngineOptions,
-            prompts: dict[str, list[int]], max_tokens: int, repeats: int,
-            advanced: Callable[[int], None]) -> list[Group]:
-    groups = []
-    for tag, ids in prompts.items():
-        responses = [requests.generation(adapter, client, ids, max_tokens, options, i)
-                     for i in range(repeats)]
-        groups.append(Group(tag=tag, length=len(ids), level=1, max_tokens=max_tokens,
-                            prompt_sha256=requests.prompt_sha256(ids), responses=responses))
-        advanced(len(groups))
-    return groups
+class Generate(Probe):
+    names = ("generate",)
+    phase = "drift"
+
+    def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
+        return [CellSpec(arm, load, "generate", 0)] if plan.probes.generate.enabled else []
+
+    def measure(self, session: LoadSession, cell: CellSpec) -> None:
+        spec = session.plan.probes.generate
+        tags = [t.tag for t in session.room.corpus.texts][: spec.texts]
+        prompts = {tag: session.ids[tag][: spec.prompt_tokens] for tag in tags}
+        obs = session.room.observer
+        obs.cell_starting(cell.name, len(prompts))
+        out = session.cell(cell, tags)
+        t0 = time.monotonic()
+        for tag, ids in prompts.items():
+            responses = [requests.generation(session.adapter, session.engine, ids,
+                                             spec.max_tokens, session.options, i)
+                         for i in range(spec.repeats)]
+            out.groups.append(Group(tag=tag, length=len(ids), level=1,
+                                    max_tokens=spec.max_tokens,
+                                    prompt_sha256=requests.prompt_sha256(ids),
+                                    responses=responses))
+            obs.cell_advanced(len(out.groups))
+        session.finish(out, time.monotonic() - t0)

@@ -2,35 +2,55 @@
 
 The requests go one after another; an engine that reuses the prefix reports
 cached prompt tokens on every request after the first and answers them
-sooner. TTFT here is the latency of a one-token request, as in the speed probe.
+sooner. TTFT here is the latency of a one-token request, as in the speed
+probe. The shared prefix starts with a token no other prompt of the load
+starts with, so its first request finds nothing cached (prompts.py).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
-from servediff.engines.base import EngineAdapter, EngineOptions
-from servediff.engines.transport import EngineClient
 from servediff.errors import EngineError
 from servediff.evidence import PrefixSample
+from servediff.plan import Plan
+from servediff.probes import prompts
+from servediff.probes.base import Probe
+from servediff.schedule import CellSpec
+from servediff.session import LoadSession
 
 
-def measure(adapter: EngineAdapter, client: EngineClient, options: EngineOptions,
-            prefix: list[int], questions: list[list[int]],
-            advanced: Callable[[int], None]) -> list[PrefixSample]:
-    samples = []
-    for index, question in enumerate(questions):
-        ids = prefix + question
-        t0 = time.monotonic()
-        try:
-            out = adapter.generate(client, ids, 1, options)
-        except EngineError as exc:
-            samples.append(PrefixSample(index=index, prompt_tokens=len(ids), status="error",
-                                        error=str(exc)))
-        else:
-            samples.append(PrefixSample(index=index, prompt_tokens=len(ids),
-                                        ttft_s=round(time.monotonic() - t0, 6),
-                                        cached_tokens=out.cached_tokens))
-        advanced(len(samples))
-    return samples
+class Prefix(Probe):
+    names = ("prefix",)
+    phase = "cost"
+
+    def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
+        return [CellSpec(arm, load, "prefix", 0, "cost")] if plan.probes.prefix.enabled else []
+
+    def measure(self, session: LoadSession, cell: CellSpec) -> None:
+        spec = session.plan.probes.prefix
+        context = session.context_length
+        size = spec.prefix_tokens or min(4096, (context or 8192) // 2)
+        if context:
+            size = min(size, context - spec.question_tokens - 1)
+        source = prompts.Prompts(session.stream)
+        shared = source.unique(size, prompts.PREFIX)
+        questions = [source.unique(spec.question_tokens, prompts.PREFIX + 1 + i)
+                     for i in range(spec.requests)]
+        obs = session.room.observer
+        obs.cell_starting(cell.name, spec.requests)
+        out = session.cell(cell)
+        for index, question in enumerate(questions):
+            ids = shared + question
+            t0 = time.monotonic()
+            try:
+                got = session.adapter.generate(session.engine, ids, 1, session.options)
+            except EngineError as exc:
+                out.prefix.append(PrefixSample(index=index, prompt_tokens=len(ids),
+                                               status="error", error=str(exc)))
+            else:
+                out.prefix.append(PrefixSample(index=index, prompt_tokens=len(ids),
+                                               ttft_s=round(time.monotonic() - t0, 6),
+                                               cached_tokens=got.cached_tokens))
+            obs.cell_advanced(len(out.prefix))
+        session.finish(out)

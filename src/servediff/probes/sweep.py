@@ -14,8 +14,11 @@ point and classifies it:
     timeout  no answer within `give_up_s` although the engine kept working
     death    the process exited
 
-The runner restarts the engine after a hang, a timeout or a death and goes on
-with the next point.
+Points are measured one by one, and the points so far are kept after each
+(`partial/<cell>-progress.json`): a point that kills the engine is recorded,
+the runner starts the arm again and the next launch goes on with the point
+after it. Every request's prompt is unique from its first token (prompts.py),
+so no prefix cache can shorten a long prompt.
 """
 
 from __future__ import annotations
@@ -26,12 +29,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from servediff import atomic
+from servediff.bundle import read_record
 from servediff.engines.base import EngineAdapter, EngineOptions, Generated
+from servediff.engines.process import tail
 from servediff.engines.transport import EngineClient
-from servediff.errors import EngineRequestError
-from servediff.evidence import SweepPoint
-from servediff.plan import SweepProbe
-from servediff.probes.speed import rotated_prompt
+from servediff.errors import EngineError, EngineRequestError
+from servediff.evidence import Cell, Skipped, SweepPoint
+from servediff.plan import Plan, SweepProbe
+from servediff.probes import prompts
+from servediff.probes.base import Probe
+from servediff.schedule import CellSpec
+from servediff.session import LoadSession
+
+# Prompt numbers per point: room for every level a plan allows.
+PER_POINT = 64
 
 
 def points(spec: SweepProbe, context: int | None) -> list[tuple[int, int]]:
@@ -61,10 +73,10 @@ class Liveness:
 
 
 def send(adapter: EngineAdapter, client: EngineClient, options: EngineOptions,
-         stream: list[int], head: list[int], length: int, level: int, spec: SweepProbe,
-         live: Liveness, launch: int, watched: bool = True) -> SweepPoint:
-    prompts = [rotated_prompt(stream, head, length, 1000 + i) for i in range(level)]
-    results: list[Generated | EngineRequestError] = []
+         batch: list[list[int]], spec: SweepProbe, live: Liveness, launch: int,
+         watched: bool = True) -> SweepPoint:
+    """Send the point's prompts at once (one per level) and classify what happened."""
+    length, level = len(batch[0]), len(batch)
 
     def one(ids: list[int]) -> tuple[Generated | EngineRequestError, float]:
         r0 = time.monotonic()
@@ -76,7 +88,7 @@ def send(adapter: EngineAdapter, client: EngineClient, options: EngineOptions,
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=level) as pool:
-        timed = list(pool.map(one, prompts))
+        timed = list(pool.map(one, batch))
     seconds = round(time.monotonic() - t0, 3)
     results = [r for r, _ in timed]
     achieved = [r.prompt_tokens if isinstance(r, Generated) else None for r in results]
@@ -101,3 +113,67 @@ def send(adapter: EngineAdapter, client: EngineClient, options: EngineOptions,
         return SweepPoint(**base, outcome="hang" if stalled else "timeout", error=str(first),
                           health_answered=live.healthy(), log_tail=live.log_tail())
     return SweepPoint(**base, outcome="error", http_status=first.status, error=str(first))
+
+
+class Sweep(Probe):
+    names = ("sweep",)
+    phase = "cost"
+
+    def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
+        # Once per arm, last in its cost load: it may kill the engine.
+        return [CellSpec(arm, load, "sweep", 0, "cost")] \
+            if plan.probes.sweep.enabled and load == 1 else []
+
+    @staticmethod
+    def progress(session: LoadSession, cell: CellSpec) -> Cell | None:
+        """The sweep's points so far, kept by earlier launches."""
+        path = session.room.layout.progress(cell.name)
+        return read_record(path, Cell) if path.exists() else None
+
+    def measure(self, session: LoadSession, cell: CellSpec) -> None:
+        spec = session.plan.probes.sweep
+        layout, obs, proc = session.room.layout, session.room.observer, session.proc
+        out = self.progress(session, cell)
+        if out is None:
+            out = session.cell(cell)
+            out.sweep_plan = points(spec, session.context_length)
+            if not out.sweep_plan:
+                out.skipped = [Skipped(reason="the engine reports no context length and the "
+                                       "plan gives no sweep lengths")]
+        client = session.client_for(spec.request_timeout_s, spec.give_up_s)
+        try:
+            source = prompts.Prompts(session.stream)
+            done = {(p.length, p.level) for p in out.sweep}
+            obs.cell_starting(cell.name, len(out.sweep_plan))
+            obs.cell_advanced(len(done))
+            live = Liveness(
+                exited=(lambda: proc.exit_status(2.0)) if proc else (lambda: None),
+                healthy=lambda: client.healthy(session.adapter.health_path()),
+                log_tail=lambda: tail(proc.log_path) if proc else "")
+            for index, (length, level) in enumerate(out.sweep_plan):
+                if (length, level) in done:
+                    continue
+                batch = [source.unique(length, prompts.SWEEP + PER_POINT * index + i)
+                         for i in range(level)]
+                point = send(session.adapter, client, session.options, batch, spec, live,
+                             session.launch.attempt, watched=proc is not None)
+                out.sweep.append(point)
+                out.engine_seconds = round(out.engine_seconds + point.seconds, 6)
+                atomic.write_json(layout.progress(cell.name), out.model_dump(mode="json"))
+                obs.cell_advanced(len(out.sweep))
+                if point.outcome in ("death", "hang", "timeout"):
+                    last = {(p.length, p.level) for p in out.sweep} >= set(out.sweep_plan)
+                    if last:
+                        # Nothing is left to measure: no cold start just to close the cell.
+                        self._close(session, out, cell)
+                    raise EngineError(f"sweep: {point.outcome} at {length} tokens x {level} "
+                                      "(recorded as a measurement"
+                                      + ("" if last else "; the engine is restarted") + ")")
+            self._close(session, out, cell)
+        finally:
+            client.close()
+
+    @staticmethod
+    def _close(session: LoadSession, out: Cell, cell: CellSpec) -> None:
+        session.finish(out, out.engine_seconds)
+        session.room.layout.progress(cell.name).unlink(missing_ok=True)

@@ -1,0 +1,109 @@
+"""The score probe: every corpus text teacher-forced, then again within the same load.
+
+Cells: `score` (the first pass), `repeat` r1..rN (the same texts again, in a
+shuffled order by default) and `batch` bB (the same texts scored B to a
+request, padded into one batch by engines that batch). A row that came back
+is raw evidence whatever its status. When the engine dies mid-cell, the rows
+measured before are kept apart (`partial/`) and the cell stays to be measured
+again by the next launch.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Iterator
+
+from servediff import atomic
+from servediff.engines.base import Scored
+from servediff.errors import EngineError
+from servediff.evidence import Record
+from servediff.plan import Plan
+from servediff.probes.base import Probe
+from servediff.schedule import CellSpec
+from servediff.session import LoadSession
+
+
+def nll(logprobs: list[float]) -> float:
+    """Sum NLL of a text; fsum so the value does not depend on summation order."""
+    return -math.fsum(logprobs)
+
+
+def record(tag: str, token_ids: list[int], prefix: str, batch: int, batch_size: int,
+           seconds: float, result: Scored | None, error: str | None) -> Record:
+    """One raw row: what was sent, what came back, and whether it can be trusted."""
+    if result is None:
+        return Record(tag=tag, token_ids=token_ids, prefix=prefix, n_tokens=len(token_ids),
+                      n_scored=0, token_logprobs=[], sum_nll=None, server_prompt_tokens=None,
+                      batch=batch, batch_size=batch_size, seconds=round(seconds, 6),
+                      status="error", error=error)
+    return Record(
+        tag=tag, token_ids=token_ids, prefix=prefix, n_tokens=len(token_ids),
+        n_scored=len(result.token_logprobs), token_logprobs=result.token_logprobs,
+        sum_nll=nll(result.token_logprobs) if result.invalid is None else None,
+        server_prompt_tokens=result.server_prompt_tokens, batch=batch, batch_size=batch_size,
+        seconds=round(seconds, 6), status="ok" if result.invalid is None else "invalid",
+        error=result.invalid,
+    )
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+class Score(Probe):
+    names = ("score", "repeat", "batch")
+    phase = "drift"
+
+    def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
+        repeat = plan.probes.repeat
+        return [CellSpec(arm, load, "score", 0),
+                *(CellSpec(arm, load, "repeat", r) for r in range(1, repeat.count + 1)),
+                *(CellSpec(arm, load, "batch", b) for b in repeat.batch_sizes)]
+
+    @staticmethod
+    def order(session: LoadSession, cell: CellSpec) -> list[str]:
+        tags = [t.tag for t in session.room.corpus.texts]
+        if cell.probe == "repeat" and session.plan.probes.repeat.shuffle:
+            random.Random(f"{cell.arm}/{cell.load}/{cell.repeat}").shuffle(tags)
+        return tags
+
+    def measure(self, session: LoadSession, cell: CellSpec) -> None:
+        order = self.order(session, cell)
+        ids, (_, label) = session.ids, session.head
+        obs = session.room.observer
+        obs.cell_starting(cell.name, len(order))
+        out = session.cell(cell, order)
+        engine_seconds = 0.0
+        size = cell.repeat if cell.probe == "batch" else session.options.batch_size
+        for batch_no, batch_tags in enumerate(_chunks(order, size)):
+            batch = [ids[tag] for tag in batch_tags]
+            r0 = time.monotonic()
+            try:
+                results: list[Scored] = session.adapter.score(session.engine, batch,
+                                                              session.options)
+                error = None
+            except EngineError as exc:
+                results, error = [], str(exc)
+            seconds = time.monotonic() - r0
+            engine_seconds += seconds
+            for i, tag in enumerate(batch_tags):
+                out.records.append(record(tag, ids[tag], label, batch_no, len(batch_tags),
+                                          seconds, results[i] if error is None else None,
+                                          error))
+            obs.cell_advanced(len(out.records))
+            if error is not None and session.proc is not None and \
+                    session.proc.exited_within(1.0):
+                # The rows measured before the death are evidence too: kept apart, so
+                # the cell itself stays to be measured again on resume.
+                out.wall_seconds = round(time.time() - out.started_at, 6)
+                out.engine_seconds = round(engine_seconds, 6)
+                layout = session.room.layout
+                path = layout.partial(cell.name, out.launch)
+                atomic.write_json(path, out.model_dump(mode="json"))
+                raise EngineError(
+                    f"engine process died during {cell.name} ({len(out.records)} of "
+                    f"{len(order)} rows kept in {path.relative_to(layout.root)}): {error}")
+        session.finish(out, engine_seconds)

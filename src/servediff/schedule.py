@@ -1,0 +1,49 @@
+"""What a run measures and in what order: cells, loads, counterbalanced arms.
+
+A cell is one (arm, load, probe, repeat) unit, the smallest thing that is
+written, skipped on resume, or measured again. Loads run drift first, then
+cost; within a phase the arms alternate A B for load 1, B A for load 2, ...
+(A B B A with two cost loads per arm), so a slow drift of the machine does
+not fall on one arm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servediff.evidence import Phase, ProbeName, cell_name
+from servediff.plan import Plan
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One (arm, load, probe, repeat) unit: what the runner schedules and a cell file holds."""
+
+    arm: str
+    load: int
+    probe: ProbeName
+    repeat: int
+    phase: Phase = "drift"
+
+    @property
+    def name(self) -> str:
+        return cell_name(self.arm, self.load, self.probe, self.repeat, self.phase)
+
+
+def cost_runs(plan: Plan) -> bool:
+    """Cost loads need servediff to start the engine (restarts after a death included)."""
+    return plan.base_url is None and bool(plan.probes.cost_probes())
+
+
+def schedule(plan: Plan) -> list[tuple[str, int, Phase]]:
+    """(arm, load, phase) of every load, in the order they run."""
+    arms = list(plan.arms)
+    order: list[tuple[str, int, Phase]] = []
+    phases: list[tuple[Phase, int]] = [("drift", plan.loads_per_arm)]
+    if cost_runs(plan):
+        phases.append(("cost", plan.cost_loads_per_arm))
+    for phase, loads in phases:
+        for load in range(1, loads + 1):
+            for arm in arms if load % 2 else reversed(arms):
+                order.append((arm, load, phase))
+    return order
