@@ -1,0 +1,130 @@
+"""An in-process fake of the embedded engine, for runner unit tests (no socket, no process).
+
+`FakeEngine` answers the embedded engine's dialect (health, version, tokenize,
+`/v1/completions` for scoring with prompt logprobs and for greedy generation)
+through an httpx MockTransport, with logprobs that are a pure function of the
+ids, so every load agrees. It can refuse to start, or die after a number of
+completion requests, like a crashing server. `FakeLauncher` hands one out per
+launch, in the order the scenarios are given, and stands in for the process.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from servediff.engines.transport import EngineClient, Watch
+from servediff.evidence import Stop
+
+
+@dataclass
+class FakeEngine:
+    starts: bool = True
+    # completion requests answered before the engine dies (None: never)
+    dies_after: int | None = None
+    completions: int = 0
+    alive: bool = True
+
+    def __post_init__(self) -> None:
+        self.alive = self.starts
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        if not self.alive:
+            raise httpx.ConnectError("connection refused", request=request)
+        path = request.url.path
+        if path == "/health":
+            return httpx.Response(200, json={"status": "ok"})
+        if path == "/version":
+            return httpx.Response(200, json={"engine": "fake", "versions": {"fake": "1"},
+                                             "bos_token_id": 1, "max_model_len": 4096})
+        body: dict[str, Any] = json.loads(request.content or b"{}")
+        if path == "/tokenize":
+            tokens = [2 + sum(map(ord, w)) % 500 for w in str(body["prompt"]).split()]
+            return httpx.Response(200, json={"tokens": tokens})
+        if path == "/v1/completions":
+            self.completions += 1
+            if self.dies_after is not None and self.completions > self.dies_after:
+                self.alive = False
+                raise httpx.RemoteProtocolError("server disconnected", request=request)
+            return httpx.Response(200, json=self.complete(body))
+        return httpx.Response(404, json={"error": path})
+
+    @staticmethod
+    def logprob(context: list[int], token: int) -> float:
+        return -1.0 - (sum(context[-4:]) * 31 + token) % 97 / 50
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        prompt = body["prompt"]
+        batch = prompt if prompt and isinstance(prompt[0], list) else [prompt]
+        if body.get("prompt_logprobs") is not None:
+            choices = [{"index": i, "text": "", "prompt_logprobs": [None] + [
+                {str(t): {"logprob": self.logprob(ids[:pos], t), "rank": 1}}
+                for pos, t in enumerate(ids[1:], start=1)]} for i, ids in enumerate(batch)]
+            return {"choices": choices, "usage": {
+                "prompt_tokens": sum(map(len, batch)),
+                "prompt_tokens_per_prompt": [len(ids) for ids in batch]}}
+        ids = batch[0]
+        out: list[int] = []
+        for _ in range(int(body.get("max_tokens", 1))):
+            out.append(2 + sum(ids + out) % 500)
+        return {"choices": [{"index": 0, "text": " ".join(map(str, out)), "logprobs": {
+            "tokens": [f"token_id:{t}" for t in out],
+            "token_logprobs": [self.logprob(ids, t) for t in out]}}],
+            "usage": {"prompt_tokens": len(ids)}}
+
+
+@dataclass
+class FakeProcess:
+    engine: FakeEngine
+    log_path: Path
+    pid: int
+    started_at: float = field(default_factory=time.time)
+    stopped: bool = False
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.engine.alive and not self.stopped else -9
+
+    def alive(self) -> bool:
+        return self.engine.alive and not self.stopped
+
+    def exited_within(self, seconds: float) -> bool:
+        return not self.alive()
+
+    def exit_status(self, wait_s: float) -> tuple[int | None, str | None] | None:
+        return None if self.alive() else (-9, "SIGKILL")
+
+    def stop(self, grace_s: float) -> Stop:
+        died = not self.engine.alive
+        self.stopped = True
+        self.engine.alive = False
+        return Stop(died_before_stop=died, returncode=-9 if died else -15,
+                    signal="SIGKILL" if died else "SIGTERM", needed_kill=False,
+                    stop_seconds=0.0, port_closed=True, group_gone=True, log_tail="")
+
+
+@dataclass
+class FakeLauncher:
+    """One FakeEngine per launch, from `scenarios` in order (then healthy ones)."""
+
+    scenarios: list[FakeEngine] = field(default_factory=list)
+    launched: list[FakeProcess] = field(default_factory=list)
+
+    def __call__(self, argv: list[str], env: dict[str, str], log_path: Path, host: str,
+                 port: int) -> FakeProcess:
+        engine = self.scenarios.pop(0) if self.scenarios else FakeEngine()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(f"fake engine for {' '.join(argv)}\n")
+        proc = FakeProcess(engine, log_path, pid=4_000_000 + len(self.launched))
+        self.launched.append(proc)
+        return proc
+
+    def client(self, url: str, timeout_s: float, watch: Watch | None) -> EngineClient:
+        """The client factory: requests go to the engine of the newest launch."""
+        engine = self.launched[-1].engine
+        return EngineClient(url, timeout_s, transport=httpx.MockTransport(engine.handle))

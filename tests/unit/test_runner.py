@@ -1,0 +1,156 @@
+"""The runner's schedule, resume, retry and partial rows, against an in-process fake engine.
+
+No process and no socket: the launcher and the client factory are injected
+(tests/engines/fake.py), so these run in well under a second each and test
+only what the runner decides: which loads and cells, in what order, which
+are skipped on resume, when an engine is started again, what is kept when it
+dies mid-cell.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servediff.analysis.summary import summarize
+from servediff.bundle import read_evidence, verify
+from servediff.corpus import Corpus, Text
+from servediff.plan import Plan
+from servediff.probes import cells_of_load
+from servediff.runner import Runner, SilentObserver
+from servediff.schedule import schedule
+from tests.engines.fake import FakeEngine, FakeLauncher
+
+TEXTS = Corpus(name="fixture", texts=tuple(
+    Text(tag=f"t{i}", text=" ".join(f"w{i}{j}" for j in range(6 + i))) for i in range(4)))
+
+
+def plan(tmp_path: Path, **extra: object) -> Plan:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps({"bos_token_id": 1}))
+    (model / "model.safetensors").write_bytes(b"weights")
+    body = {"engine": "transformers", "model": str(model), "loads_per_arm": 2,
+            "arms": {"a": {}, "b": {}},
+            "probes": {"repeat": {"count": 1}, "concurrency": {"enabled": False},
+                       "generate": {"texts": 2, "max_tokens": 3, "repeats": 2},
+                       "speed": {"enabled": False}, "sweep": {"enabled": False},
+                       "prefix": {"enabled": False}}, **extra}
+    return Plan.model_validate(body)
+
+
+def run(tmp_path: Path, launcher: FakeLauncher, the_plan: Plan | None = None) -> Path:
+    root = tmp_path / "run"
+    Runner(the_plan or plan(tmp_path), TEXTS, root, tmp_path, SilentObserver(),
+           launcher=launcher, clients=launcher.client).run()
+    return root
+
+
+def cells(root: Path) -> list[str]:
+    return sorted(p.stem for p in (root / "cells").glob("*.json"))
+
+
+def launches(root: Path, name: str) -> list[dict]:
+    return json.loads((root / "loads" / f"{name}.json").read_text())["launches"]
+
+
+def test_schedule_counterbalances_arms_and_puts_cost_loads_last(tmp_path: Path):
+    p = plan(tmp_path, cost_loads_per_arm=2, probes={"speed": {"enabled": True}})
+    assert schedule(p) == [("a", 1, "drift"), ("b", 1, "drift"), ("b", 2, "drift"),
+                           ("a", 2, "drift"), ("a", 1, "cost"), ("b", 1, "cost"),
+                           ("b", 2, "cost"), ("a", 2, "cost")]
+    p = plan(tmp_path, probes={"repeat": {"count": 2, "batch_sizes": [4]},
+                               "sweep": {"levels": [1]}})
+    assert [c.name for c in cells_of_load(p, "a", 1)] == [
+        "a-load1-score", "a-load1-repeat-r1", "a-load1-repeat-r2", "a-load1-batch-b4",
+        "a-load1-concurrency", "a-load1-generate"]
+    # speed first, the sweep (which may kill the engine) last and on the first cost load
+    assert [c.name for c in cells_of_load(p, "a", 1, "cost")] == [
+        "a-cost1-speed", "a-cost1-prefix", "a-cost1-sweep"]
+    assert [c.name for c in cells_of_load(p, "a", 2, "cost")] == [
+        "a-cost2-speed", "a-cost2-prefix"]
+
+
+def test_a_plan_runs_every_cell_once_with_one_launch_per_load(tmp_path: Path):
+    launcher = FakeLauncher()
+    root = run(tmp_path, launcher)
+    assert cells(root) == sorted(f"{arm}-load{n}-{c}" for arm in "ab" for n in (1, 2)
+                                 for c in ("score", "repeat-r1", "generate"))
+    assert len(launcher.launched) == 4
+    for arm in "ab":
+        for n in (1, 2):
+            (launch,) = launches(root, f"{arm}-load{n}")
+            assert launch["error"] is None and launch["stop"]["port_closed"]
+            assert launch["engine"]["bos_token_id"] == 1 and launch["seconds_to_ready"] >= 0
+    assert verify(root) > 10
+    summary = summarize(read_evidence(root))
+    assert {arm: d.signature.name for arm, d in summary.arms.items()} == {
+        "a": "bit-identical", "b": "bit-identical"}
+    score = json.loads((root / "cells" / "a-load1-score.json").read_text())
+    assert [r["status"] for r in score["records"]] == ["ok"] * 4
+    assert score["records"][0]["token_ids"][0] == 1  # the BOS head, from the model files
+
+
+def test_resume_measures_only_what_is_missing(tmp_path: Path):
+    root = run(tmp_path, FakeLauncher())
+    before = {p.name: p.read_bytes() for p in (root / "cells").glob("*.json")}
+    (root / "cells" / "b-load2-repeat-r1.json").unlink()
+    again = FakeLauncher()
+    run(tmp_path, again)
+    assert len(again.launched) == 1  # only the load that lost a cell started again
+    after = {p.name: p.read_bytes() for p in (root / "cells").glob("*.json")}
+    assert set(after) == set(before)
+    assert {k: v for k, v in after.items() if k != "b-load2-repeat-r1.json"} == \
+        {k: v for k, v in before.items() if k != "b-load2-repeat-r1.json"}
+    assert [x["attempt"] for x in launches(root, "b-load2")] == [1, 2]
+    nothing = FakeLauncher()
+    run(tmp_path, nothing)
+    assert nothing.launched == []
+
+
+def test_an_engine_that_does_not_start_is_started_again(tmp_path: Path):
+    launcher = FakeLauncher([FakeEngine(starts=False)])
+    root = run(tmp_path, launcher)
+    first, second = launches(root, "a-load1")
+    assert "exited with code -9 before it was ready" in first["error"]
+    assert first["seconds_to_ready"] is None and second["error"] is None
+    assert len(cells(root)) == 12
+    summary = summarize(read_evidence(root))
+    assert [(f.arm, f.load, f.attempt) for f in summary.failed_launches] == [("a", 1, 1)]
+
+
+def test_rows_measured_before_a_death_are_kept_apart(tmp_path: Path):
+    # ready check: 2 completion requests; then the score cell dies after 2 of 4 texts
+    launcher = FakeLauncher([FakeEngine(dies_after=4)])
+    root = run(tmp_path, launcher)
+    partial = json.loads((root / "partial" / "a-load1-score-a1.json").read_text())
+    assert [r["status"] for r in partial["records"]] == ["ok", "ok", "error"]
+    (first, second) = launches(root, "a-load1")
+    assert "engine process died during a-load1-score" in first["error"]
+    assert first["stop"]["died_before_stop"] is True
+    score = json.loads((root / "cells" / "a-load1-score.json").read_text())
+    assert score["launch"] == 2 and [r["status"] for r in score["records"]] == ["ok"] * 4
+    summary = summarize(read_evidence(root))
+    assert [(c.arm, c.probe, c.rows) for c in summary.partial_cells] == [("a", "score", 3)]
+
+
+def test_max_attempts_ends_a_load_that_never_starts_and_the_run_goes_on(tmp_path: Path):
+    launcher = FakeLauncher([FakeEngine(starts=False), FakeEngine(starts=False)])
+    root = run(tmp_path, launcher)
+    assert len(launches(root, "a-load1")) == 2  # launch.max_attempts
+    assert not [c for c in cells(root) if c.startswith("a-load1")]
+    assert len(cells(root)) == 9  # every other load measured
+    summary = summarize(read_evidence(root))
+    assert [g.kind for g in summary.gaps if g.arm == "a"] == ["loads missing"]
+
+
+@pytest.mark.parametrize("prefix, head", [("none", []), (7, [7])])
+def test_the_scoring_prefix_is_what_every_row_starts_with(tmp_path: Path, prefix, head):
+    root = run(tmp_path, FakeLauncher(), plan(tmp_path, scoring={"prefix": prefix},
+                                              loads_per_arm=1))
+    score = json.loads((root / "cells" / "a-load1-score.json").read_text())
+    for row in score["records"]:
+        words = len(next(t for t in TEXTS.texts if t.tag == row["tag"]).text.split())
+        assert row["token_ids"][:len(head)] == head and row["n_tokens"] == words + len(head)
