@@ -36,23 +36,27 @@ class FakeEngine:
     def handle(self, request: httpx.Request) -> httpx.Response:
         if not self.alive:
             raise httpx.ConnectError("connection refused", request=request)
-        path = request.url.path
-        if path == "/health":
-            return httpx.Response(200, json={"status": "ok"})
-        if path == "/version":
-            return httpx.Response(200, json={"engine": "fake", "versions": {"fake": "1"},
-                                             "bos_token_id": 1, "max_model_len": 4096})
-        body: dict[str, Any] = json.loads(request.content or b"{}")
-        if path == "/tokenize":
-            tokens = [2 + sum(map(ord, w)) % 500 for w in str(body["prompt"]).split()]
-            return httpx.Response(200, json={"tokens": tokens})
-        if path == "/v1/completions":
+        if request.url.path == "/v1/completions":
             self.completions += 1
             if self.dies_after is not None and self.completions > self.dies_after:
                 self.alive = False
                 raise httpx.RemoteProtocolError("server disconnected", request=request)
-            return httpx.Response(200, json=self.complete(body))
-        return httpx.Response(404, json={"error": path})
+        status, body = self.answer(request.url.path, json.loads(request.content or b"{}"))
+        return httpx.Response(status, json=body)
+
+    def answer(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON body) for one request, as the embedded engine answers it."""
+        if path == "/health":
+            return 200, {"status": "ok"}
+        if path == "/version":
+            return 200, {"engine": "fake", "versions": {"fake": "1"}, "bos_token_id": 1,
+                         "max_model_len": 4096}
+        if path == "/tokenize":
+            return 200, {"tokens": [2 + sum(map(ord, w)) % 500
+                                    for w in str(body["prompt"]).split()]}
+        if path == "/v1/completions":
+            return 200, self.complete(body)
+        return 404, {"error": path}
 
     @staticmethod
     def logprob(context: list[int], token: int) -> float:

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from servediff.engines.base import fill_template
+from servediff.engines.completions import parse_generated, parse_scores, score_payload
 from servediff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions, parse_position
-from servediff.engines.openai_api import parse_scores, score_payload
 from servediff.engines.sglang import SglangAdapter
 from servediff.engines.transport import EngineClient
 from servediff.engines.vllm import VllmAdapter, kv_from_metrics
@@ -55,7 +55,11 @@ def test_prompt_logprobs_parse_and_cross_checks():
     missing = prompt_logprobs_body(IDS, [-8.2, -19.1, -7.5])
     del missing["choices"][0]["prompt_logprobs"][2]["28899"]
     (gone,) = parse_scores(missing, [IDS])
-    assert gone.invalid and "prompt token 28899 missing" in gone.invalid
+    assert gone.invalid == "position 2: no logprob for prompt token 28899"
+    first = prompt_logprobs_body(IDS, [-8.2, -19.1, -7.5])
+    first["choices"][0]["prompt_logprobs"][0] = {"1": {"logprob": -3.0}}
+    (filled,) = parse_scores(first, [IDS])
+    assert filled.invalid == "position 0 has a logprob; nothing precedes it, so it must be null"
 
 
 def test_batch_total_count_is_checked_when_per_prompt_is_absent():
@@ -67,12 +71,28 @@ def test_batch_total_count_is_checked_when_per_prompt_is_absent():
 
 
 def test_echo_form():
-    assert score_payload("m", [IDS], echo=True)["max_tokens"] == 0
+    payload = score_payload("m", [IDS], echo=True)
+    assert payload["max_tokens"] == 0 and payload["return_tokens_as_token_ids"] is True
     body = {"choices": [{"index": 0, "logprobs": {"token_logprobs": [None, -1.5, -2.5, -0.5],
                                                   "tokens": ["a", "b", "c", "d"]}}],
             "usage": {"prompt_tokens": 4}}
     (r,) = parse_scores(body, [IDS], echo=True)
     assert r.token_logprobs == [-1.5, -2.5, -0.5] and r.invalid is None
+    # tokens given as ids are checked against the ids sent: a wrong one is caught
+    body["choices"][0]["logprobs"]["tokens"] = [f"token_id:{t}" for t in [1, 504, 7, 3102]]
+    (wrong,) = parse_scores(body, [IDS], echo=True)
+    assert wrong.invalid == "position 2: expected token 28899, got 7 (-2.5)"
+
+
+def test_an_endpoint_that_ignores_token_ids_is_an_engine_error_not_a_traceback():
+    body = {"choices": [{"text": " x", "logprobs": {"tokens": [" x"], "token_logprobs": [-1.0]}}]}
+    with pytest.raises(EngineRequestError, match="ignores return_tokens_as_token_ids"):
+        parse_generated(body)
+    with pytest.raises(EngineRequestError, match="unexpected answer"):
+        parse_generated({"choices": []})
+    with pytest.raises(EngineRequestError, match="unexpected answer"):
+        parse_scores({"choices": [{"index": 0, "prompt_logprobs": [None, {"504": {}}]}]},
+                     [IDS[:2]])
 
 
 METRICS = (
@@ -117,11 +137,13 @@ def test_vllm_info_and_score_through_a_mock_server():
 def test_llama_position_parse_both_formats():
     current = {"completion_probabilities": [{"id": 3102, "token": " town", "logprob": -7.56}],
                "tokens_evaluated": 3}
-    assert parse_position(current, 3102) == (-7.56, 3)
+    position, evaluated = parse_position(current)
+    assert (position.token, position.logprob, evaluated) == (3102, -7.56, 3)
     older = {"completion_probabilities": [{"content": " town", "probs": [{"prob": 0.5}]}]}
-    assert parse_position(older, 3102)[0] == pytest.approx(-0.6931471805599453)
-    with pytest.raises(EngineRequestError, match="forced token 5 but server generated 3102"):
-        parse_position(current, 5)
+    position, _ = parse_position(older)
+    assert position.token is None and position.logprob == pytest.approx(-0.6931471805599453)
+    with pytest.raises(EngineRequestError, match="unexpected answer"):
+        parse_position({"completion_probabilities": []})
 
 
 def test_llama_score_sends_one_forced_request_per_position():
@@ -139,6 +161,15 @@ def test_llama_score_sends_one_forced_request_per_position():
     assert r.token_logprobs == [-1.0, -2.0, -3.0] and r.invalid is None
     assert [p["prompt"] for p in payloads] == [IDS[:1], IDS[:2], IDS[:3]]
     assert all(p["cache_prompt"] is False and p["n_predict"] == 1 for p in payloads)
+
+    def ignores_bias(request: httpx.Request) -> httpx.Response:
+        i = len(json.loads(request.content)["prompt"])
+        return httpx.Response(200, json={"tokens_evaluated": i, "completion_probabilities": [
+            {"id": 5, "logprob": -1.0}]})
+
+    (wrong,) = LlamaCppAdapter().score(client(ignores_bias), [IDS], LlamaCppOptions())
+    # the same rule, and the same words, as every other engine's rows
+    assert wrong.invalid == "position 1: expected token 504, got 5 (-1.0)"
 
 
 # SGLang /generate with return_logprob, as its documentation describes it.
@@ -177,6 +208,9 @@ def test_sglang_against_documented_shapes():
     r2 = adapter.score(client(lambda req: httpx.Response(200, json=wrong)), [IDS],
                        adapter.options_model())[0]
     assert r2.invalid == "position 2: expected token 28899, got 7 (-19.1)"
+    with pytest.raises(EngineRequestError, match="unexpected answer"):
+        adapter.score(client(lambda req: httpx.Response(200, json={"text": "x"})), [IDS],
+                      adapter.options_model())
     newer = {"version": "0.5.23", "internal_states": [{"max_total_num_tokens": 93574}]}
     info2 = adapter.info(client(lambda req: httpx.Response(200, json=newer)))
     assert info2.capacity["kv_tokens"] == 93574

@@ -127,7 +127,7 @@ def test_rows_measured_before_a_death_are_kept_apart(tmp_path: Path):
     root = run(tmp_path, launcher)
     partial = json.loads((root / "partial" / "a-load1-score-a1.json").read_text())
     assert [r["status"] for r in partial["records"]] == ["ok", "ok", "error"]
-    (first, second) = launches(root, "a-load1")
+    first, _ = launches(root, "a-load1")
     assert "engine process died during a-load1-score" in first["error"]
     assert first["stop"]["died_before_stop"] is True
     score = json.loads((root / "cells" / "a-load1-score.json").read_text())

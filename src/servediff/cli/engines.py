@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from servediff.cli.console import out
-from servediff.engines import discovery, registry
+from servediff.engines import registry
 
 
 @click.command()
@@ -22,7 +22,7 @@ def engines() -> None:
             ", ".join(sorted(adapter.capabilities)),
             " ".join([Path(adapter.default_command[0]).name, *adapter.default_command[1:]])
             if adapter.default_command else "-",
-            discovery.locate(name) or "[red]not found[/red]",
+            adapter.locate() or "[red]not found[/red]",
             adapter.caveat or "",
         )
     out.print(table)

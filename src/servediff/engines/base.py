@@ -15,6 +15,8 @@ runner asks an adapter only for what its `capabilities` declare:
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -22,8 +24,6 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from servediff.engines.transport import EngineClient
-
-PLACEHOLDERS = ("model", "host", "port")
 
 
 class EngineOptions(BaseModel):
@@ -85,6 +85,10 @@ def fill_template(template: list[str], model: str, host: str, port: int) -> list
     return out
 
 
+def has_module(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
 class EngineAdapter(ABC):
     name: ClassVar[str]
     capabilities: ClassVar[frozenset[str]]
@@ -115,8 +119,11 @@ class EngineAdapter(ABC):
     def option_env(self, options: EngineOptions) -> dict[str, str]:
         return {}
 
-    def executable(self, template: list[str] | None) -> str:
-        return (template or self.default_command)[0]
+    @classmethod
+    def locate(cls) -> str | None:
+        """Where this engine is found on this machine (said by `servediff engines`), or
+        None. Nothing is imported: finding a module or an executable is enough."""
+        return shutil.which(cls.default_command[0]) if cls.default_command else None
 
     @abstractmethod
     def info(self, client: EngineClient) -> EngineInfo: ...

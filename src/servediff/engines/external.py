@@ -10,14 +10,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from servediff.engines import openai_api
-from servediff.engines.base import (
-    EngineAdapter,
-    EngineInfo,
-    EngineOptions,
-    Generated,
-    Scored,
-)
+from servediff.engines.base import EngineInfo, EngineOptions
+from servediff.engines.completions import CompletionsAdapter, first_model
 from servediff.engines.transport import EngineClient
 
 
@@ -27,13 +21,14 @@ class ExternalOptions(EngineOptions):
     served_model: str | None = None
 
 
-class ExternalAdapter(EngineAdapter):
+class ExternalAdapter(CompletionsAdapter):
     name = "openai"
     capabilities: ClassVar[frozenset[str]] = frozenset({"score", "generate", "version"})
     options_model = ExternalOptions
 
-    def __init__(self) -> None:
-        self._served: str | None = None
+    @classmethod
+    def locate(cls) -> str | None:
+        return "external endpoint (give base_url)"
 
     def health_path(self) -> str:
         return "/v1/models"
@@ -45,29 +40,12 @@ class ExternalAdapter(EngineAdapter):
         return None
 
     def info(self, client: EngineClient) -> EngineInfo:
-        first = openai_api.first_model(client)
-        self._served = str(first["id"])
-        return EngineInfo(version={"engine": "external", "model": self._served},
+        first = first_model(client)
+        self.served = str(first["id"])
+        return EngineInfo(version={"engine": "external", "model": self.served},
                           bos_token_id=None, max_model_len=first.get("max_model_len"),
                           raw={"model": first})
 
-    def _model(self, options: EngineOptions) -> str | None:
+    def served_model(self, options: EngineOptions) -> str | None:
         assert isinstance(options, ExternalOptions)
-        return options.served_model or self._served
-
-    def tokenize(self, client: EngineClient, text: str, options: EngineOptions) -> list[int]:
-        return openai_api.tokenize(client, text, model=self._model(options))
-
-    def score(self, client: EngineClient, batch: list[list[int]],
-              options: EngineOptions) -> list[Scored]:
-        assert isinstance(options, ExternalOptions)
-        echo = options.score_form == "echo"
-        body = client.post_json("/v1/completions",
-                                openai_api.score_payload(self._model(options), batch, echo=echo))
-        return openai_api.parse_scores(body, batch, echo=echo)
-
-    def generate(self, client: EngineClient, ids: list[int], max_tokens: int,
-                 options: EngineOptions) -> Generated:
-        body = client.post_json("/v1/completions",
-                                openai_api.generate_payload(self._model(options), ids, max_tokens))
-        return openai_api.parse_generated(body)
+        return options.served_model or self.served

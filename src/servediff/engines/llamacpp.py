@@ -35,8 +35,10 @@ from servediff.engines.base import (
     Generated,
     Scored,
 )
+from servediff.engines.rows import Position, judge, shape
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError
+from servediff.models import cache_root
 
 FORCE_BIAS = 1000.0
 
@@ -64,24 +66,20 @@ def with_cache(payload: dict[str, Any], cache_prompt: bool | None) -> dict[str, 
     return payload if cache_prompt is None else {**payload, "cache_prompt": cache_prompt}
 
 
-def parse_position(body: Any, expected: int) -> tuple[float, int | None]:
-    """(logprob of the forced token, tokens the server evaluated) from one response."""
-    try:
+def parse_position(body: Any) -> tuple[Position, int | None]:
+    """(the forced token as the server reports it, tokens the server evaluated) of one
+    per-position response."""
+    with shape("/completion", body):
         first = body["completion_probabilities"][0]
-    except (KeyError, IndexError, TypeError):
-        raise EngineRequestError(
-            f"/completion answered without completion_probabilities: {str(body)[:200]}"
-        ) from None
-    evaluated = body.get("tokens_evaluated")
-    if "logprob" in first:  # current llama-server: {"id", "token", "logprob", ...}
-        if first.get("id") != expected:
-            raise EngineRequestError(f"forced token {expected} but server generated "
-                                     f"{first.get('id')}")
-        return float(first["logprob"]), evaluated
-    probs = first.get("probs") or []  # older builds: {"content", "probs": [{"prob"}]}
-    if not probs:
-        raise EngineRequestError("completion_probabilities[0] has neither logprob nor probs")
-    return math.log(float(probs[0]["prob"])), evaluated
+        evaluated = body.get("tokens_evaluated")
+        if "logprob" in first:  # current llama-server: {"id", "token", "logprob", ...}
+            return Position(int(first["id"]), float(first["logprob"])), evaluated
+        # older builds: {"content", "probs": [{"prob"}]}, no token id
+        probs = first.get("probs") or []
+        if not probs:
+            raise EngineRequestError("completion_probabilities[0] has neither logprob nor "
+                                     f"probs: {str(body)[:200]}")
+        return Position(None, math.log(float(probs[0]["prob"]))), evaluated
 
 
 class LlamaCppAdapter(EngineAdapter):
@@ -106,6 +104,13 @@ class LlamaCppAdapter(EngineAdapter):
         "llama-server", "-m", "{model}", "--host", "{host}", "--port", "{port}",
     ]
 
+    @classmethod
+    def locate(cls) -> str | None:
+        built = cache_root() / "engines" / "llama-server" / "llama-server"
+        if built.exists():
+            return f"{built} (scripts/build-llama-server.sh)"
+        return super().locate()
+
     def info(self, client: EngineClient) -> EngineInfo:
         props: dict[str, Any] = client.get_json("/props")
         settings = props.get("default_generation_settings") or {}
@@ -124,10 +129,8 @@ class LlamaCppAdapter(EngineAdapter):
     def tokenize(self, client: EngineClient, text: str, options: EngineOptions) -> list[int]:
         body = client.post_json("/tokenize", {"content": text, "add_special": False,
                                               "parse_special": True})
-        tokens = body.get("tokens") if isinstance(body, dict) else None
-        if not isinstance(tokens, list):
-            raise EngineRequestError(f"/tokenize answered without tokens: {str(body)[:200]}")
-        return [int(t["id"]) if isinstance(t, dict) else int(t) for t in tokens]
+        with shape("/tokenize", body):
+            return [int(t["id"]) if isinstance(t, dict) else int(t) for t in body["tokens"]]
 
     def score(self, client: EngineClient, batch: list[list[int]],
               options: EngineOptions) -> list[Scored]:
@@ -137,19 +140,18 @@ class LlamaCppAdapter(EngineAdapter):
             payloads = [position_payload(ids, i, options.cache_prompt)
                         for i in range(1, len(ids))]
             bodies = client.post_many("/completion", payloads, options.concurrency)
-            logprobs: list[float] = []
-            invalid = None
-            for i, body in enumerate(bodies, start=1):
-                value, evaluated = parse_position(body, ids[i])
-                logprobs.append(value)
-                # With the prompt cache on, the server evaluates only what it lacks.
-                if (invalid is None and evaluated is not None and evaluated != i
-                        and not options.cache_prompt):
-                    invalid = f"position {i}: server evaluated {evaluated} tokens, {i} were sent"
-            out.append(Scored(token_logprobs=logprobs, ranks=None,
-                              # the longest prefix sent plus the forced token
-                              server_prompt_tokens=len(ids) if invalid is None else None,
-                              invalid=invalid))
+            parsed = [parse_position(body) for body in bodies]
+            # With the prompt cache off the server evaluates every token it was sent; with
+            # it on, only what it lacks.
+            off = next((f"position {i}: server evaluated {evaluated} tokens, {i} were sent"
+                        for i, (_, evaluated) in enumerate(parsed, start=1)
+                        if evaluated is not None and evaluated != i
+                        and not options.cache_prompt), None)
+            row = judge(ids, [p for p, _ in parsed], extra=off)
+            # the longest prefix sent plus the forced token
+            out.append(Scored(token_logprobs=row.token_logprobs, ranks=None,
+                              server_prompt_tokens=len(ids) if row.invalid is None else None,
+                              invalid=row.invalid))
         return out
 
     def generate(self, client: EngineClient, ids: list[int], max_tokens: int,
@@ -159,15 +161,11 @@ class LlamaCppAdapter(EngineAdapter):
             "prompt": ids, "n_predict": max_tokens, "n_probs": 1, "temperature": 0.0,
             "seed": 0, "ignore_eos": True,
         }, options.cache_prompt))
-        try:
+        with shape("/completion", body):
             steps = body["completion_probabilities"]
-            tokens = [int(step["id"]) for step in steps]
-            logprobs = [float(step["logprob"]) for step in steps]
-        except (KeyError, TypeError):
-            raise EngineRequestError(
-                f"/completion answered without token ids and logprobs: {str(body)[:200]}"
-            ) from None
-        timings = body.get("timings") or {}
-        return Generated(token_ids=tokens, logprobs=logprobs, text=str(body.get("content", "")),
-                         prompt_tokens=body.get("tokens_evaluated"),
-                         cached_tokens=timings.get("cache_n"))
+            timings = body.get("timings") or {}
+            return Generated(token_ids=[int(step["id"]) for step in steps],
+                             logprobs=[float(step["logprob"]) for step in steps],
+                             text=str(body.get("content", "")),
+                             prompt_tokens=body.get("tokens_evaluated"),
+                             cached_tokens=timings.get("cache_n"))

@@ -20,14 +20,16 @@ from __future__ import annotations
 import sys
 from typing import Any, ClassVar
 
-from servediff.engines import openai_api
 from servediff.engines.base import (
     EngineAdapter,
     EngineInfo,
     EngineOptions,
     Generated,
     Scored,
+    has_module,
 )
+from servediff.engines.completions import tokenize
+from servediff.engines.rows import Position, judge, shape
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError
 
@@ -48,31 +50,21 @@ def parse_generate(body: Any, batch: list[list[int]]) -> list[Scored]:
     if len(items) != len(batch):
         raise EngineRequestError(f"asked {len(batch)} prompts, got {len(items)} results")
     out = []
-    for item, ids in zip(items, batch, strict=True):
-        meta = item.get("meta_info") if isinstance(item, dict) else None
-        entries = meta.get("input_token_logprobs") if isinstance(meta, dict) else None
-        if not isinstance(entries, list):
-            raise EngineRequestError("/generate answered without meta_info.input_token_logprobs")
-        logprobs: list[float] = []
-        invalid = None
-        if entries and entries[0][0] is not None:
-            invalid = "input_token_logprobs[0] is not null"
-        for pos, entry in enumerate(entries[1:], start=1):
-            if invalid is not None or pos >= len(ids):
-                break
-            value, token = entry[0], entry[1]
-            if token != ids[pos] or value is None:
-                invalid = f"position {pos}: expected token {ids[pos]}, got {token} ({value})"
-                break
-            logprobs.append(float(value))
-        server = meta.get("prompt_tokens") if isinstance(meta, dict) else None
-        if invalid is None and len(logprobs) != len(ids) - 1:
-            invalid = f"{len(logprobs)} prompt logprobs for {len(ids)} ids"
-        if invalid is None and server is not None and int(server) != len(ids):
-            invalid = f"server counted {server} prompt tokens, {len(ids)} were sent"
-        out.append(Scored(token_logprobs=logprobs, ranks=None,
-                          server_prompt_tokens=None if server is None else int(server),
-                          invalid=invalid))
+    with shape("/generate", body):
+        for item, ids in zip(items, batch, strict=True):
+            meta = item["meta_info"]
+            entries = meta["input_token_logprobs"]
+            if not isinstance(entries, list):
+                raise EngineRequestError(
+                    "/generate answered without meta_info.input_token_logprobs")
+            # [logprob, token_id, text] per prompt token; the first logprob is null
+            positions = [Position(int(e[1]), None if e[0] is None else float(e[0]))
+                         for e in entries[1:]]
+            server = meta.get("prompt_tokens")
+            out.append(judge(ids, positions,
+                             first="logprob" if entries and entries[0][0] is not None
+                             else "null",
+                             server_tokens=None if server is None else int(server)))
     return out
 
 
@@ -101,6 +93,10 @@ class SglangAdapter(EngineAdapter):
     caveat = ("never run against a real SGLang (not installable here); tested against "
               "documented response shapes only")
 
+    @classmethod
+    def locate(cls) -> str | None:
+        return "this Python environment" if has_module("sglang") else None
+
     def option_args(self, options: EngineOptions) -> list[str]:
         assert isinstance(options, SglangOptions)
         return ["--disable-radix-cache"] if options.prefix_cache is False else []
@@ -118,7 +114,7 @@ class SglangAdapter(EngineAdapter):
         )
 
     def tokenize(self, client: EngineClient, text: str, options: EngineOptions) -> list[int]:
-        return openai_api.tokenize(client, text, model=None)
+        return tokenize(client, text, model=None)
 
     def score(self, client: EngineClient, batch: list[list[int]],
               options: EngineOptions) -> list[Scored]:
@@ -139,11 +135,11 @@ class SglangAdapter(EngineAdapter):
             "return_logprob": True,
             "logprob_start_len": len(ids),
         })
-        meta = body.get("meta_info") if isinstance(body, dict) else None
-        if not isinstance(meta, dict) or not isinstance(meta.get("output_token_logprobs"), list):
-            raise EngineRequestError("/generate answered without meta_info.output_token_logprobs")
-        steps = meta["output_token_logprobs"]
-        return Generated(token_ids=[int(s[1]) for s in steps],
-                         logprobs=[float(s[0]) for s in steps], text=str(body.get("text", "")),
-                         prompt_tokens=meta.get("prompt_tokens"),
-                         cached_tokens=meta.get("cached_tokens"))
+        with shape("/generate", body):
+            meta = body["meta_info"]
+            steps = meta["output_token_logprobs"]
+            return Generated(token_ids=[int(s[1]) for s in steps],
+                             logprobs=[float(s[0]) for s in steps],
+                             text=str(body.get("text", "")),
+                             prompt_tokens=meta.get("prompt_tokens"),
+                             cached_tokens=meta.get("cached_tokens"))

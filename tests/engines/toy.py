@@ -1,0 +1,70 @@
+"""A toy engine added the way any engine is: this one file plus its registry line.
+
+`ToyAdapter` says how to launch it and inherits the completions dialect; run
+as a module, this file is the toy server itself (an HTTP server on the given
+host and port answering as tests/engines/fake.py's FakeEngine does).
+tests/integration/test_toy_engine.py registers it and runs a plan on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+from servediff.engines.base import EngineInfo
+from servediff.engines.completions import CompletionsAdapter
+from servediff.engines.transport import EngineClient
+
+ENTRY = "tests.engines.toy:ToyAdapter"
+
+
+class ToyAdapter(CompletionsAdapter):
+    name = "toy"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"score", "generate", "version",
+                                                         "reload"})
+    default_command: ClassVar[list[str]] = [sys.executable, "-m", "tests.engines.toy",
+                                            "--model", "{model}", "--host", "{host}",
+                                            "--port", "{port}"]
+
+    def info(self, client: EngineClient) -> EngineInfo:
+        raw: dict[str, Any] = client.get_json("/version")
+        return EngineInfo(version={"engine": "toy"}, bos_token_id=raw["bos_token_id"],
+                          max_model_len=raw["max_model_len"], raw=raw)
+
+
+def main() -> None:
+    from tests.engines.fake import FakeEngine
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model")
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    args = parser.parse_args()
+    engine = FakeEngine()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *rest: object) -> None:
+            pass
+
+        def _reply(self, body: dict[str, Any]) -> None:
+            status, answer = engine.answer(self.path, body)
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._reply({})
+
+        def do_POST(self) -> None:
+            self._reply(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+
+    ThreadingHTTPServer((args.host, args.port), Handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main()
