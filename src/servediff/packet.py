@@ -15,9 +15,10 @@ import json
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from servediff.analysis.findings import Summary
 from servediff.bundle import (
@@ -35,6 +36,112 @@ from servediff.report.markdown import protocol
 from servediff.scrub import scrub_tree
 
 SCHEMA_VERSION = "1.0"
+
+
+class Part(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Observation(Part):
+    text: str
+    evidence: list[str]
+
+
+class ArmTarget(Part):
+    name: str
+    args: list[str]
+    env: dict[str, str]
+    options: dict[str, JsonValue]
+
+
+class Target(Part):
+    engine: str
+    engine_versions: list[str]
+    model: str
+    revision: str
+    revision_kind: Literal["weights-sha256", "given"]
+    weights_sha256: dict[str, str]
+    arms: list[ArmTarget]
+
+
+class Hypothesis(Part):
+    statement: str
+    confirming_observations: list[Observation]
+    disproving_observations: list[Observation]
+
+
+class Environment(Part):
+    devices: list[str]
+    cpu: list[str]
+    gpus: list[str]
+    python: list[str]
+    context_lengths: list[int]
+
+
+class Execution(Part):
+    started_at: str
+    ended_at: str
+    observed_count: int
+    launches: int
+    stop_status: Literal["completed", "partial"]
+    failure_cause: str | None
+    protocol: str
+
+
+class Artifact(Part):
+    path: str
+    sha256: str
+    bytes: int
+    role: Literal["raw", "derived", "manifest"]
+
+
+class Control(Part):
+    name: str
+    status: Literal["passed", "failed", "not run"]
+    detail: str
+
+
+class Role(Part):
+    role: Literal["contributor", "reviewer", "maintainer"]
+    status: Literal["submitted", "pending", "approved", "rejected"]
+
+
+class Review(Part):
+    roles: list[Role]
+
+
+class PacketClaim(Part):
+    text: str
+    evidence_status: str
+    rederive_command: str
+    evidence_sha256: str
+
+
+class Sanitization(Part):
+    scrubbed: bool
+    scrubbed_kinds: dict[str, int]
+    hosts_redacted: bool
+    paths_redacted: bool
+    secrets_redacted: bool
+    raw_logs_included: bool
+
+
+class EvidencePacket(Part):
+    """The packet as schema 1.0 (schemas/evidence-packet-1.0.json) describes it."""
+
+    schema_version: Literal["1.0"] = "1.0"
+    packet_id: str
+    experiment_id: str
+    created_at: str
+    target: Target
+    hypothesis: Hypothesis
+    environment: Environment
+    execution: Execution
+    artifacts: list[Artifact]
+    controls: list[Control]
+    review: Review
+    claim: PacketClaim
+    sanitization: Sanitization | None = None
 EVIDENCE_STATUS = "contributor-measured, conditions as reported"
 # Names that move: a packet identified only by one of these cannot be re-measured.
 MUTABLE = {"main", "master", "latest", "head", "dev", "nightly", "stable", "default"}
@@ -50,7 +157,11 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def target_revision(model: str, weights: dict[str, str], given: str | None) -> tuple[str, str]:
+RevisionKind = Literal["weights-sha256", "given"]
+
+
+def target_revision(model: str, weights: dict[str, str], given: str | None
+                    ) -> tuple[str, RevisionKind]:
     """(revision, kind): the weights' sha256 when servediff hashed them, else what the user
     gives; a mutable name alone is refused with what to pin."""
     if given is not None:
@@ -69,77 +180,79 @@ def target_revision(model: str, weights: dict[str, str], given: str | None) -> t
                      "the commit sha of the model repository or the sha256 of its weights")
 
 
-def artifacts(root: Path) -> list[dict[str, Any]]:
+def artifacts(root: Path) -> list[Artifact]:
     manifest = read_versioned(Layout(root).manifest, MANIFEST_SCHEMA_VERSION)
-    out = []
-    for name, digest in sorted(manifest["files"].items()):
-        role = "derived" if name in DERIVED else "raw"
-        out.append({"path": name, "sha256": digest, "bytes": (root / name).stat().st_size,
-                    "role": role})
+    out = [Artifact(path=name, sha256=sha, bytes=(root / name).stat().st_size,
+                    role="derived" if name in DERIVED else "raw")
+           for name, sha in sorted(manifest["files"].items())]
     data = Layout(root).manifest.read_bytes()
-    out.append({"path": "manifest.json", "sha256": hashlib.sha256(data).hexdigest(),
-                "bytes": len(data), "role": "manifest"})
+    out.append(Artifact(path="manifest.json", sha256=hashlib.sha256(data).hexdigest(),
+                        bytes=len(data), role="manifest"))
     return out
 
 
-def controls(summary: Summary) -> list[dict[str, str]]:
+def controls(summary: Summary) -> list[Control]:
     out = []
     concs = [(arm, a.concurrency) for arm, a in summary.arms.items() if a.concurrency]
     if concs:
         failed = [arm for arm, c in concs if not c.control_ok]
-        out.append({"name": "concurrency-1 control (identical requests sent one at a time "
-                    "agree)", "status": "failed" if failed else "passed",
-                    "detail": f"failed for {', '.join(failed)}" if failed else
-                    f"held for {', '.join(arm for arm, _ in concs)}"})
+        out.append(Control(name="concurrency-1 control (identical requests sent one at a "
+                           "time agree)", status="failed" if failed else "passed",
+                           detail=f"failed for {', '.join(failed)}" if failed else
+                           f"held for {', '.join(arm for arm, _ in concs)}"))
     else:
-        out.append({"name": "concurrency-1 control", "status": "not run",
-                    "detail": "no concurrency probe in this run"})
+        out.append(Control(name="concurrency-1 control", status="not run",
+                           detail="no concurrency probe in this run"))
     reported = [x for a in summary.setup.arms.values() for x in a.first_request_cached_tokens
                 if x is not None]
-    out.append({"name": "cold start (no cached prompt tokens on the first request after a "
-                "start)", "status": "not run" if not reported else
-                "failed" if any(reported) else "passed",
-                "detail": f"{len(reported)} starts reported cached tokens" if reported else
-                "the engine does not report cached tokens"})
+    out.append(Control(name="cold start (no cached prompt tokens on the first request after "
+                       "a start)", status="not run" if not reported else
+                       "failed" if any(reported) else "passed",
+                       detail=f"{len(reported)} starts reported cached tokens" if reported
+                       else "the engine does not report cached tokens"))
     within = [p for a in summary.arms.values() for p in a.within_load]
-    out.append({"name": "within-load repeat (the same texts again in the same process)",
-                "status": "not run" if not within else
-                "passed" if not any(p.moved for p in within) else "failed",
-                "detail": f"{len(within)} repeat comparison(s)"})
+    out.append(Control(name="within-load repeat (the same texts again in the same process)",
+                       status="not run" if not within else
+                       "passed" if not any(p.moved for p in within) else "failed",
+                       detail=f"{len(within)} repeat comparison(s)"))
     failed_launches = summary.failed_launches
-    out.append({"name": "every engine stopped cleanly and was recorded",
-                "status": "passed" if not failed_launches else "failed",
-                "detail": f"{len(failed_launches)} launch(es) failed or died"})
+    out.append(Control(name="every engine stopped cleanly and was recorded",
+                       status="passed" if not failed_launches else "failed",
+                       detail=f"{len(failed_launches)} launch(es) failed or died"))
     return out
 
 
-def hypothesis(summary: Summary) -> dict[str, Any]:
+def hypothesis(summary: Summary) -> Hypothesis:
     arms = list(summary.arms)
     statement = (f"Teacher-forced scores of `{summary.model}` on `{summary.engine}` are "
                  "reproducible across cold loads, repeats and concurrency under every arm"
                  + (f", and no arm costs speed, capacity, survival or prefix reuse relative to "
                     f"`{arms[0]}`" if len(arms) > 1 else "") + ".")
-    confirming: list[dict[str, Any]] = []
-    disproving: list[dict[str, Any]] = []
+    confirming: list[Observation] = []
+    disproving: list[Observation] = []
     for arm, data in summary.arms.items():
         cells = [Layout.cell_ref(cell_name(arm, r.load, "score", 0)) for r in data.loads]
-        obs = {"text": f"`{arm}`: {words.signature_text(data.signature)}", "evidence": cells}
+        obs = Observation(text=f"`{arm}`: {words.signature_text(data.signature)}",
+                          evidence=cells)
         (confirming if data.signature.stable else disproving).append(obs)
     for pair in summary.verdict.pairs:
         for c in pair.claims:
             if c.kind == "cost":
-                disproving.append({"text": words.claim_text(c), "evidence": c.evidence})
+                disproving.append(Observation(text=words.claim_text(c), evidence=c.evidence))
         if not pair.costs:
-            confirming.append({"text": words.headline(pair), "evidence": []})
-    return {"statement": statement, "confirming_observations": confirming,
-            "disproving_observations": disproving}
+            confirming.append(Observation(text=words.headline(pair), evidence=[]))
+    return Hypothesis(statement=statement, confirming_observations=confirming,
+                      disproving_observations=disproving)
 
 
 # Gaps that mean a planned measurement did not happen.
 INCOMPLETE = ("loads missing", "sweep points missing")
 
 
-def build(root: Path, summary: Summary, given_revision: str | None) -> dict[str, Any]:
+HOSTS = ("hostname", "ipv4 address", "ipv6 address", "user@host")
+
+
+def build(root: Path, summary: Summary, given_revision: str | None) -> EvidencePacket:
     evidence = read_evidence(root)
     plan = evidence.plan
     weights = {k: v for rec in evidence.loads for launch in rec.launches
@@ -158,52 +271,41 @@ def build(root: Path, summary: Summary, given_revision: str | None) -> dict[str,
     claim = (" ".join(words.headline(p) + "." for p in pairs) if pairs else
              "; ".join(f"`{arm}`: {words.signature_text(a.signature)}"
                        for arm, a in summary.arms.items()))
-    packet: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "packet_id": f"sdp-{evidence_hash[:16]}",
-        "experiment_id": summary.plan_sha256[:16],
-        "created_at": _iso(max(ends) if ends else 0.0),
-        "target": {
-            "engine": plan.engine, "engine_versions": setup.engine_versions,
-            "model": plan.model, "revision": revision, "revision_kind": kind,
-            "weights_sha256": weights,
-            "arms": [{"name": arm, "args": spec.args, "env": spec.env,
-                      "options": spec.options} for arm, spec in plan.arms.items()],
-        },
-        "hypothesis": hypothesis(summary),
-        "environment": {"devices": setup.devices, "cpu": setup.cpu, "gpus": setup.gpus,
-                        "python": setup.python, "context_lengths": setup.context_lengths},
-        "execution": {
-            "started_at": _iso(min(starts) if starts else 0.0),
-            "ended_at": _iso(max(ends) if ends else 0.0),
-            "observed_count": observed, "launches": len(launches),
-            "stop_status": "partial" if partial else "completed",
-            "failure_cause": "; ".join(words.failed_launch_text(f) for f in failures) or None,
-            "protocol": protocol(setup),
-        },
-        "artifacts": artifacts(root),
-        "controls": controls(summary),
-        "review": {"roles": [{"role": "contributor", "status": "submitted"},
-                             {"role": "reviewer", "status": "pending"}]},
-        "claim": {"text": claim, "evidence_status": EVIDENCE_STATUS,
-                  "rederive_command": "servediff verify RUN && servediff rederive RUN",
-                  "evidence_sha256": evidence_hash},
-    }
-    scrubbed, counts = scrub_tree(packet)
-    clean: dict[str, Any] = scrubbed
+    packet = EvidencePacket(
+        packet_id=f"sdp-{evidence_hash[:16]}", experiment_id=summary.plan_sha256[:16],
+        created_at=_iso(max(ends) if ends else 0.0),
+        target=Target(engine=plan.engine, engine_versions=setup.engine_versions,
+                      model=plan.model, revision=revision, revision_kind=kind,
+                      weights_sha256=weights,
+                      arms=[ArmTarget(name=arm, args=spec.args, env=spec.env,
+                                      options=spec.options)
+                            for arm, spec in plan.arms.items()]),
+        hypothesis=hypothesis(summary),
+        environment=Environment(devices=setup.devices, cpu=setup.cpu, gpus=setup.gpus,
+                                python=setup.python, context_lengths=setup.context_lengths),
+        execution=Execution(
+            started_at=_iso(min(starts) if starts else 0.0),
+            ended_at=_iso(max(ends) if ends else 0.0), observed_count=observed,
+            launches=len(launches), stop_status="partial" if partial else "completed",
+            failure_cause="; ".join(words.failed_launch_text(f) for f in failures) or None,
+            protocol=protocol(setup)),
+        artifacts=artifacts(root), controls=controls(summary),
+        review=Review(roles=[Role(role="contributor", status="submitted"),
+                             Role(role="reviewer", status="pending")]),
+        claim=PacketClaim(text=claim, evidence_status=EVIDENCE_STATUS,
+                          rederive_command="servediff verify RUN && servediff rederive RUN",
+                          evidence_sha256=evidence_hash))
+    tree, counts = scrub_tree(packet.model_dump(mode="json", exclude={"sanitization"}))
     kinds = dict(counts)
-    clean["sanitization"] = {
-        "scrubbed": True, "scrubbed_kinds": kinds,
-        "hosts_redacted": any(k in kinds for k in ("hostname", "ipv4 address", "ipv6 address",
-                                                   "user@host")),
-        "paths_redacted": "path" in kinds,
-        "secrets_redacted": any(k not in ("hostname", "ipv4 address", "ipv6 address", "path",
-                                          "user@host", "username", "e-mail address")
-                                for k in kinds),
-        "raw_logs_included": False,
-    }
+    clean = EvidencePacket.model_validate(tree).model_copy(update={"sanitization": Sanitization(
+        scrubbed=True, scrubbed_kinds=kinds,
+        hosts_redacted=any(k in kinds for k in HOSTS),
+        paths_redacted="path" in kinds,
+        secrets_redacted=any(k not in (*HOSTS, "path", "username", "e-mail address")
+                             for k in kinds),
+        raw_logs_included=False)})
     try:
-        jsonschema.validate(clean, schema())
+        jsonschema.validate(clean.model_dump(mode="json"), schema())
     except jsonschema.ValidationError as exc:  # a bug in servediff, not bad input
         raise AssertionError(f"evidence packet does not match its schema: {exc.message} "
                              f"at {'/'.join(str(p) for p in exc.absolute_path)}") from None

@@ -59,7 +59,8 @@ def test_packet_validates_and_hashes_match(tmp_path: Path):
     summary = write_derived(root)
     with pytest.raises(InputError, match="identified only by its name"):
         build(root, summary, None)  # the fixture's loads hashed no weights
-    packet = build(root, summary, "93efa2f097d58c2a74874c7e644dbc9b0cee75a2")
+    packet = build(root, summary, "93efa2f097d58c2a74874c7e644dbc9b0cee75a2").model_dump(
+        mode="json")
     jsonschema.validate(packet, schema())
     assert packet["schema_version"] == "1.0"
     assert packet["claim"]["evidence_status"] == "contributor-measured, conditions as reported"

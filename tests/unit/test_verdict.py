@@ -1,4 +1,4 @@
-"""The verdict engine on the north-star scenario of DESIGN.md, as a fixture bundle.
+"""The verdict engine on the north-star scenario, as a fixture bundle.
 
 Arms `stock` and `pinned`: `pinned` stops reload drift, and costs speed within
 noise only, but cuts the KV pool to under a third, dies at the first prompt of

@@ -12,7 +12,8 @@ sentence fields must be found, equal, at the same path in the newer one.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+
+from pydantic import JsonValue
 
 # Fields that schema 1 held as sentences (or lists of them).
 WORDS = frozenset({"signature", "signature_meaning", "headline", "text", "regime", "fix",
@@ -21,7 +22,7 @@ WORDS = frozenset({"signature", "signature_meaning", "headline", "text", "regime
 Leaf = str | int | float | bool | None
 
 
-def leaves(data: Any, path: str = "", skip: frozenset[str] = frozenset()
+def leaves(data: JsonValue, path: str = "", skip: frozenset[str] = frozenset()
            ) -> Iterator[tuple[str, Leaf]]:
     """(path, value) of every leaf; keys in `skip` are left out with all below them."""
     if isinstance(data, dict):
@@ -39,7 +40,7 @@ def leaves(data: Any, path: str = "", skip: frozenset[str] = frozenset()
         yield path, data
 
 
-def differences(stored: Any, derived: Any, limit: int = 5) -> tuple[int, list[str]]:
+def differences(stored: JsonValue, derived: JsonValue, limit: int = 5) -> tuple[int, list[str]]:
     """(leaves compared, the first `limit` differences as "path: stored -> derived").
 
     Same schema version: every leaf of both. An older stored summary: its leaves outside

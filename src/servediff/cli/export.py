@@ -30,5 +30,5 @@ def export(run_dir: Path, packet: bool, revision: str | None, out_path: Path | N
     if run_dir.resolve() in path.resolve().parents:
         raise InputError(f"--out {path}: inside the run directory; the packet hashes that "
                          "directory, so write it elsewhere")
-    atomic.write_json(path, build(run_dir, summary, revision))
+    atomic.write_json(path, build(run_dir, summary, revision).model_dump(mode="json"))
     out.print(f"evidence packet: {path}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -25,10 +24,10 @@ def scores(run_dir: Path, as_json: bool, arm: str | None, load: int | None,
     rows = score_rows(read_evidence(run_dir), arm, load, probe)
     if as_json:
         for row in rows:
-            out.print(json.dumps(row), markup=False, highlight=False, soft_wrap=True)
+            out.print(row.model_dump_json(), markup=False, highlight=False, soft_wrap=True)
         return
     table = Table("arm", "load", "probe", "repeat", "tag", "n_tokens", "sum_nll", "status")
     for row in rows:
-        table.add_row(row["arm"], str(row["load"]), row["probe"], str(row["repeat"]), row["tag"],
-                      str(row["n_tokens"]), repr(row["sum_nll"]), row["status"])
+        table.add_row(row.arm, str(row.load), row.probe, str(row.repeat), row.tag,
+                      str(row.n_tokens), repr(row.sum_nll), row.status)
     out.print(table)
