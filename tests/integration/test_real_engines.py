@@ -143,7 +143,7 @@ def test_vllm_arms_reload_stability_and_arm_shift(vllm_run: Path, hf_run: Path):
     assert shift["moved"] == sum(eager[t]["sum_nll"] != compiled[t]["sum_nll"] for t in TAGS)
     report = (vllm_run / "report.md").read_text()
     for arm in ("eager", "compiled"):
-        assert f"### Arm `{arm}`: {summary['arms'][arm]['signature']}" in report
+        assert f"### Arm `{arm}`: {signature(vllm_run, arm)}" in report
     assert "eager vs compiled" in report
     hf = rows(hf_run, "fp32", 1)
     for tag in TAGS:
