@@ -14,8 +14,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,7 +27,13 @@ from pydantic import ValidationError
 
 from servediff import atomic
 from servediff.corpus import Corpus
-from servediff.errors import BundleError, IntegrityError, PlanMismatchError, SchemaVersionError
+from servediff.errors import (
+    BundleError,
+    IntegrityError,
+    OutputDirError,
+    PlanMismatchError,
+    SchemaVersionError,
+)
 from servediff.evidence import SCHEMA_VERSION, Cell, LoadRecord
 from servediff.plan import LOCK_SCHEMA_VERSION, LockedPlan, Plan, digest, plan_diff
 
@@ -109,6 +118,20 @@ class Layout:
     @property
     def manifest(self) -> Path:
         return self.root / "manifest.json"
+
+
+@contextmanager
+def exclusive(root: Path) -> Iterator[None]:
+    """Hold the run directory for one servediff at a time (an advisory lock on a hidden
+    file, released when the process ends, however it ends)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".servediff-run.lock").open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputDirError(f"{root}: another servediff is running in this run "
+                                 "directory; wait for it or use another --out") from None
+        yield
 
 
 def write_lock(root: Path, locked: LockedPlan) -> None:

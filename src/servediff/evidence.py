@@ -134,6 +134,9 @@ class SweepPoint(Model):
     outcome: Outcome
     # server-counted prompt tokens per request that came back
     achieved_prompt_tokens: list[int | None] = Field(default_factory=list)
+    # prompt tokens each request got from a prefix cache, where the engine says (must be 0:
+    # every sweep prompt is unique from its first token)
+    cached_tokens: list[int | None] = Field(default_factory=list)
     # every achieved count within the plan's tolerance of `length`
     achieved_ok: bool | None = None
     seconds: float = 0.0
@@ -221,6 +224,10 @@ class Stop(Model):
     gpu_memory_after_mb: dict[int, int] | None = None
     gpu_memory_released: bool | None = None
     log_tail: str
+    # Stopped by a later `servediff run` of this directory, because the servediff that
+    # started it ended first (killed); `found_alive`: its processes were still running.
+    at_resume: bool = False
+    found_alive: bool | None = None
 
 
 class Launch(Model):
@@ -232,6 +239,8 @@ class Launch(Model):
     port: int
     pid: int
     started_at: float
+    # The engine runs in its own session and process group, led by `pid`.
+    pgid: int | None = None
     seconds_to_ready: float | None = None
     engine: dict[str, Any] = Field(default_factory=dict)
     # KV pool tokens, slots, context: as the engine reported them at this launch.

@@ -12,17 +12,18 @@ in tests. The runner never prints: it reports to an `Observer`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from servediff import models
-from servediff.bundle import Layout, read_record, write_lock
+from servediff.bundle import Layout, exclusive, read_record, write_lock, write_manifest
 from servediff.corpus import Corpus
 from servediff.engines import registry
 from servediff.engines.base import EngineAdapter
-from servediff.engines.process import EngineProcess, Launcher
+from servediff.engines.process import EngineProcess, Launcher, stop_stale
 from servediff.errors import EngineError, OutputDirError
-from servediff.evidence import Cell, Phase
+from servediff.evidence import Cell, LoadRecord, Phase
 from servediff.plan import Plan, lock
 from servediff.probes import BY_NAME, cells_of_load
 from servediff.schedule import CellSpec, schedule
@@ -67,8 +68,35 @@ class Runner:
         return self.room.layout
 
     def run(self) -> None:
-        room = self.room
         ensure_writable(self.layout.root)
+        with exclusive(self.layout.root):
+            self._run()
+
+    def reap(self) -> None:
+        """Launches that a servediff killed before it could stop them: what is left of
+        their engines is stopped now, and the stop is recorded as one at resume."""
+        room = self.room
+        for path in sorted((self.layout.root / "loads").glob("*.json")):
+            record = read_record(path, LoadRecord)
+            stale = [x for x in record.launches if x.stop is None and not x.external and x.pid]
+            for launch in stale:
+                launch.stop = stop_stale(launch.pgid or launch.pid, launch.started_at,
+                                         launch.host, launch.port,
+                                         self.layout.log(record.name),
+                                         room.plan.launch.stop_grace_s)
+                launch.error = launch.error or "servediff ended before it stopped this launch"
+                launch.finished_at = launch.finished_at or time.time()
+                room.observer.note(
+                    f"{record.name} launch {launch.attempt} had no stop record: "
+                    + ("its engine was still running and is now stopped" if
+                       launch.stop.found_alive else "its engine had already ended"))
+            if stale:
+                room.write_load(record)
+        write_manifest(self.layout.root)
+
+    def _run(self) -> None:
+        room = self.room
+        self.reap()
         write_lock(self.layout.root, lock(room.plan, room.corpus))
         pending = [(arm, load, phase, todo) for arm, load, phase in schedule(room.plan)
                    if (todo := self.missing(cells_of_load(room.plan, arm, load, phase)))]

@@ -153,7 +153,9 @@ class LoadSession:
             except OSError as exc:
                 raise EngineStartError(f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}"
                                        ) from None
-            self.launch.pid, self.launch.started_at = self.proc.pid, self.proc.started_at
+            # started in a new session: the engine's process group is led by its pid
+            self.launch.pid = self.launch.pgid = self.proc.pid
+            self.launch.started_at = self.proc.started_at
         room.write_load(self.record)
         scoring = plan.scoring
         self.client = self.client_for(scoring.request_timeout_s, scoring.give_up_s)

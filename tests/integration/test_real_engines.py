@@ -229,6 +229,8 @@ def check_sweep(run: Path, arm: str, context: int) -> dict:
     assert beyond and all(p["outcome"] == "error" and p["http_status"] == 400 for p in beyond)
     ok = [p for p in raw.values() if p["outcome"] == "ok"]
     assert all(p["achieved_ok"] is not False for p in ok)
+    # every sweep prompt is unique from its first token: a prefix cache shortens none
+    assert all(c in (0, None) for p in ok for c in p["cached_tokens"]), ok
     survival = summary["costs"][arm]["survival"]
     assert {(p["length"], p["level"]): p["outcome"] for p in survival["points"]} == \
         {k: p["outcome"] for k, p in raw.items()}
@@ -254,6 +256,14 @@ def test_llama_server_cost_protocol(tmp_path: Path, llama_server: Path):
     assert cost["cache_isolation"].startswith("cache_prompt left to the server's default")
     assert summary["costs"]["np2"]["capacity"]["kv_tokens"] == 2048
     assert summary["costs"]["np2"]["prefix"]["cached_reported"] is True
+    # the prompt cache is on in this cost load (the server's default), and llama-server
+    # reports what it reused: every sweep prompt got 0 cached tokens, the prefix probe's
+    # first request too, and its later ones reused the shared prefix
+    sweep = json.loads((run / "cells" / "np2-cost1-sweep.json").read_text())["sweep"]
+    answered = [c for p in sweep if p["outcome"] == "ok" for c in p["cached_tokens"]]
+    assert answered and all(c == 0 for c in answered)
+    (prefix,) = summary["costs"]["np2"]["prefix"]["loads"]
+    assert prefix["first_cached_tokens"] == 0 and prefix["later_cached_tokens"] > 0
 
 
 def test_vllm_cost_protocol(tmp_path: Path, vllm_python: Path):

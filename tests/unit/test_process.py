@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -11,7 +13,7 @@ import pytest
 
 from servediff import gpu
 from servediff.engines import process
-from servediff.engines.process import EngineProcess, free_port, group_members
+from servediff.engines.process import EngineProcess, free_port, group_members, stop_stale
 
 # A stand-in "engine": a parent that forks a child (like vLLM's workers) and
 # listens on the port it was given.
@@ -31,7 +33,7 @@ def start(tmp_path: Path) -> EngineProcess:
     proc = EngineProcess([sys.executable, "-c", ENGINE, str(port)], {}, tmp_path / "e.log",
                          "127.0.0.1", port)
     for _ in range(100):
-        if process.port_open("127.0.0.1", port) and len(group_members(proc.pid)) == 2:
+        if process.port_open("127.0.0.1", port) and len(group_members(proc.pid)) == 3:
             break
         time.sleep(0.05)
     return proc
@@ -39,7 +41,7 @@ def start(tmp_path: Path) -> EngineProcess:
 
 def test_stop_takes_the_whole_group_and_frees_the_port(tmp_path: Path):
     proc = start(tmp_path)
-    assert len(group_members(proc.pid)) == 2
+    assert len(group_members(proc.pid)) == 3  # the supervisor, the engine, its worker
     record = proc.stop(grace_s=5)
     assert record.signal == "SIGTERM" and not record.died_before_stop
     assert record.group_gone and record.port_closed
@@ -83,3 +85,54 @@ def test_a_process_that_died_first_is_recorded_as_such(tmp_path: Path):
     proc.proc.wait(timeout=30)
     record = proc.stop(grace_s=5)
     assert record.died_before_stop and record.returncode == 3 and record.signal is None
+
+
+# A stand-in servediff: starts an engine behind a wrapper that does not exec (bash runs
+# it and would echo afterwards), prints the engine's process group, and waits.
+SERVEDIFF = """
+import sys, time
+from pathlib import Path
+from servediff.engines.process import EngineProcess
+proc = EngineProcess(["bash", "-c", "sleep 600; echo done"], {}, Path(sys.argv[1]),
+                     "127.0.0.1", int(sys.argv[2]))
+print(proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_wrapped_engine_dies_with_a_killed_servediff(tmp_path: Path):
+    parent = subprocess.Popen([sys.executable, "-c", SERVEDIFF, str(tmp_path / "e.log"),
+                               str(free_port())], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pgid = int(parent.stdout.readline())
+    for _ in range(300):  # the supervisor, bash and sleep
+        if len(group_members(pgid)) == 3:
+            break
+        time.sleep(0.1)
+    assert len(group_members(pgid)) == 3
+    parent.kill()  # SIGKILL: servediff can run no code of its own
+    parent.wait()
+    parent.stdout.close()
+    for _ in range(300):
+        if not group_members(pgid):
+            break
+        time.sleep(0.1)
+    assert group_members(pgid) == []  # bash and the sleep it wrapped went too
+
+
+def test_a_stale_launch_is_stopped_only_if_it_started_after_the_launch(tmp_path: Path):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                               start_new_session=True)
+    try:
+        # recorded as launched an hour after this process started: not ours, left alone
+        later = stop_stale(sleeper.pid, time.time() + 3600, "127.0.0.1", free_port(),
+                           tmp_path / "e.log", grace_s=1)
+        assert later.found_alive is False and sleeper.poll() is None
+        ours = stop_stale(sleeper.pid, time.time() - 60, "127.0.0.1", free_port(),
+                          tmp_path / "e.log", grace_s=5)
+        assert ours.found_alive is True and ours.at_resume and ours.group_gone
+        assert sleeper.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()

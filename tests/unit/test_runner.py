@@ -154,3 +154,46 @@ def test_the_scoring_prefix_is_what_every_row_starts_with(tmp_path: Path, prefix
     for row in score["records"]:
         words = len(next(t for t in TEXTS.texts if t.tag == row["tag"]).text.split())
         assert row["token_ids"][:len(head)] == head and row["n_tokens"] == words + len(head)
+
+
+def test_a_launch_left_without_a_stop_is_stopped_and_recorded_at_resume(tmp_path: Path):
+    import subprocess
+    import sys
+    import time
+
+    root = run(tmp_path, FakeLauncher())
+    # As if servediff had been killed mid-load: a launch with no stop record whose
+    # engine (here a sleeping process group) is still running.
+    engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                              start_new_session=True)
+    try:
+        record = json.loads((root / "loads" / "b-load2.json").read_text())
+        killed = {**record["launches"][0], "attempt": 2, "pid": engine.pid, "pgid": engine.pid,
+                  "started_at": time.time() - 5, "stop": None, "error": None}
+        record["launches"].append(killed)
+        (root / "loads" / "b-load2.json").write_text(json.dumps(record))
+        (root / "cells" / "b-load2-generate.json").unlink()
+        launcher = FakeLauncher()
+        run(tmp_path, launcher)
+        assert engine.wait(timeout=30) == -15
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+    stale = launches(root, "b-load2")[1]
+    assert stale["stop"]["at_resume"] is True and stale["stop"]["found_alive"] is True
+    assert stale["error"] == "servediff ended before it stopped this launch"
+    assert [x["attempt"] for x in launches(root, "b-load2")] == [1, 2, 3]
+    assert len(launcher.launched) == 1  # the resumed load, for its missing cell
+    summary = summarize(read_evidence(root))
+    (failed,) = summary.failed_launches
+    assert (failed.arm, failed.load, failed.attempt, failed.found_alive) == ("b", 2, 2, True)
+    assert verify(root) > 10
+
+
+def test_one_servediff_at_a_time_in_a_run_directory(tmp_path: Path):
+    from servediff.bundle import exclusive
+    from servediff.errors import OutputDirError
+
+    with exclusive(tmp_path / "run"), pytest.raises(OutputDirError, match="another servediff"):
+        run(tmp_path, FakeLauncher())

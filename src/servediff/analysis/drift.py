@@ -271,7 +271,9 @@ def drift_gaps(evidence: Evidence, per_arm: Mapping[str, ArmDrift]) -> list[Gap]
 def failed_launches(evidence: Evidence) -> list[FailedLaunch]:
     return [FailedLaunch(arm=rec.arm, load=rec.load, phase=rec.phase, attempt=launch.attempt,
                          error=launch.error,
-                         died_before_stop=bool(launch.stop and launch.stop.died_before_stop))
+                         died_before_stop=bool(launch.stop and launch.stop.died_before_stop),
+                         at_resume=bool(launch.stop and launch.stop.at_resume),
+                         found_alive=launch.stop.found_alive if launch.stop else None)
             for rec in evidence.loads for launch in rec.launches
             if launch.error or (launch.stop and launch.stop.died_before_stop)]
 

@@ -644,6 +644,10 @@ class FailedLaunch(Finding):
     attempt: int
     error: str | None
     died_before_stop: bool
+    # servediff ended before it stopped this launch; the next run stopped it (found_alive:
+    # its engine was still running then)
+    at_resume: bool = False
+    found_alive: bool | None = None
 
 
 class PartialCell(Finding):

@@ -18,7 +18,7 @@ from typing import Protocol
 import psutil
 
 from servediff import gpu
-from servediff.engines.process import group_members
+from servediff.engines.groups import group_members
 
 # CPU seconds per wall second below which a process group counts as idle: a health
 # check or a log line costs far less, one core computing costs 1.0.

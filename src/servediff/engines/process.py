@@ -13,11 +13,15 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import IO, Protocol
 
+import psutil
+
 from servediff import gpu
+from servediff.engines.groups import group_members
 from servediff.evidence import Stop
 
 LOG_TAIL_BYTES = 4000
@@ -43,23 +47,6 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is `pgid`, read from /proc."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # Fields after the ")" that closes the command name: state, ppid, pgrp, ...
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
-
-
 def tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
     try:
         with path.open("rb") as fh:
@@ -68,6 +55,51 @@ def tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def created_at(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), or None if it is gone."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def _still(pgid: int, pids: list[int]) -> list[int]:
+    """Those of `pids` still alive in group `pgid`."""
+    alive = set(group_members(pgid))
+    return [pid for pid in pids if pid in alive]
+
+
+def stop_stale(pgid: int, started_at: float, host: str, port: int, log_path: Path,
+               grace_s: float, settle_s: float = 10.0) -> Stop:
+    """Stop what is left of a launch whose servediff ended without stopping it.
+
+    Only processes of its group that started after the launch did are touched, so a
+    process that reuses one of its pids later is left alone."""
+    t0 = time.monotonic()
+    mine = [pid for pid in group_members(pgid)
+            if (born := created_at(pid)) is not None and born >= started_at - 1.0]
+    needed_kill = False
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, settle_s)):
+        left = _still(pgid, mine)
+        if not left:
+            break
+        needed_kill = sig == signal.SIGKILL
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while _still(pgid, mine) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    deadline = time.monotonic() + settle_s
+    while mine and port_open(host, port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return Stop(died_before_stop=not mine, returncode=None, signal=None,
+                needed_kill=needed_kill, stop_seconds=round(time.monotonic() - t0, 3),
+                port_closed=not port_open(host, port),
+                group_gone=not _still(pgid, mine),
+                log_tail=tail(log_path), at_resume=True, found_alive=bool(mine))
 
 
 class EngineHandle(Protocol):
@@ -108,8 +140,10 @@ class EngineProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log: IO[bytes] = log_path.open("ab")
         self.started_at = time.time()
+        # The supervisor runs `argv` in this new process group and takes the whole group
+        # down when told to stop or when servediff dies (engines/supervise.py).
         self.proc = subprocess.Popen(
-            argv,
+            [sys.executable, "-m", "servediff.engines.supervise", "--", *argv],
             env={**os.environ, **env},
             stdin=subprocess.DEVNULL,
             stdout=self._log,

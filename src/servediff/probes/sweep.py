@@ -92,9 +92,10 @@ def send(adapter: EngineAdapter, client: EngineClient, options: EngineOptions,
     seconds = round(time.monotonic() - t0, 3)
     results = [r for r, _ in timed]
     achieved = [r.prompt_tokens if isinstance(r, Generated) else None for r in results]
+    cached = [r.cached_tokens if isinstance(r, Generated) else None for r in results]
     errors = [r for r in results if isinstance(r, EngineRequestError)]
     base: dict[str, Any] = dict(length=length, level=level, seconds=seconds, launch=launch,
-                                achieved_prompt_tokens=achieved,
+                                achieved_prompt_tokens=achieved, cached_tokens=cached,
                                 request_seconds=[s for _, s in timed])
     if not errors:
         ok = all(a is None or abs(a - length) <= spec.tolerance * length for a in achieved)

@@ -354,7 +354,10 @@ def _whole(x: float | None) -> str:
 
 def failed_launch_text(f: FailedLaunch) -> str:
     load = f"{'cost load' if f.phase == 'cost' else 'load'} {f.load}"
-    return f"`{f.arm}` {load} attempt {f.attempt}: {f.error or 'died'}"
+    resume = ("; stopped at resume: its engine was still running after servediff ended"
+              if f.found_alive else
+              "; at resume its engine had already ended" if f.at_resume else "")
+    return f"`{f.arm}` {load} attempt {f.attempt}: {f.error or 'died'}{resume}"
 
 
 def request_kinds(kinds: list[RequestKind]) -> str:
