@@ -216,9 +216,12 @@ def _hash(path: Path) -> str:
 
 
 def _bundle_files(root: Path) -> list[Path]:
+    """Every file of the bundle; hidden ones (a run's lock, its JIT caches under .jit/)
+    are not evidence."""
     return sorted(
         p for p in root.rglob("*")
-        if p.is_file() and p.name != "manifest.json" and not p.name.startswith(".")
+        if p.is_file() and p.name != "manifest.json"
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
     )
 
 

@@ -230,6 +230,26 @@ class Stop(Model):
     found_alive: bool | None = None
 
 
+# fresh: new empty JIT/autotune cache directories per load; shared: one set per arm,
+# kept across its loads; as-is: the user's environment, untouched
+CachePolicy = Literal["fresh", "shared", "as-is"]
+
+
+class CacheDir(Model):
+    """One JIT or autotune cache of a launch: where it was and what it held."""
+
+    env: str
+    what: str
+    policy: CachePolicy
+    # None under as-is when the variable was not set (the engine's own default place)
+    path: str | None
+    empty_at_start: bool | None
+    bytes_at_start: int | None
+    bytes_after: int | None = None
+    # a fresh load's directory, removed after its sizes were recorded
+    removed: bool = False
+
+
 class Launch(Model):
     attempt: int
     command: list[str]
@@ -241,6 +261,12 @@ class Launch(Model):
     started_at: float
     # The engine runs in its own session and process group, led by `pid`.
     pgid: int | None = None
+    # The JIT and autotune caches it started with (see caches.py); None: not recorded.
+    cache_policy: CachePolicy | None = None
+    caches: list[CacheDir] = Field(default_factory=list)
+    # What the engine printed about its start-up (vLLM: engine_init_s,
+    # compile_warmup_s, compile_cache).
+    startup: dict[str, Any] = Field(default_factory=dict)
     seconds_to_ready: float | None = None
     engine: dict[str, Any] = Field(default_factory=dict)
     # KV pool tokens, slots, context: as the engine reported them at this launch.

@@ -23,7 +23,7 @@ from servediff.corpus import Corpus, load_corpus
 from servediff.engines import registry
 from servediff.engines.base import EngineOptions
 from servediff.errors import PlanError
-from servediff.evidence import RequestKind
+from servediff.evidence import CachePolicy, RequestKind
 from servediff.validation import describe
 
 LOCK_SCHEMA_VERSION = 1
@@ -40,6 +40,9 @@ class ArmSpec(Strict):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
+    # The arm's own JIT/autotune cache policy (default: launch.cache_policy); two arms
+    # that differ only here compare warm and fresh caches.
+    cache_policy: CachePolicy | None = None
 
 
 class CorpusSpec(Strict):
@@ -203,6 +206,10 @@ class LaunchSpec(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     start_timeout_s: Annotated[float, Field(gt=0)] = 600.0
     stop_grace_s: Annotated[float, Field(gt=0)] = 15.0
+    # JIT and autotune caches per load: "fresh" (new, empty directories every load: a
+    # cold start on a new host), "shared" (one set per arm, kept across its loads: a
+    # warm restart) or "as-is" (the environment's own).
+    cache_policy: CachePolicy = "fresh"
     # A request past its timeout is hung when the engine's processes did no work
     # (CPU, GPU) for this long; while they work it is only slow.
     stall_window_s: Annotated[float, Field(gt=0)] = 10.0
@@ -320,6 +327,10 @@ def resolve_plan(raw: dict[str, Any], source: str, base_dir: Path) -> tuple[Plan
         corpus = load_corpus(None)
     corpus = corpus.select(plan.corpus.tags, plan.corpus.max_texts, source)
     return plan, corpus
+
+
+def cache_policy(plan: Plan, arm: str) -> CachePolicy:
+    return plan.arms[arm].cache_policy or plan.launch.cache_policy
 
 
 def arm_options(plan: Plan, arm: str) -> EngineOptions:

@@ -11,13 +11,14 @@ client factory, so that tests can run the whole schedule against a fake.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
 
-from servediff import atomic
+from servediff import atomic, caches
 from servediff.bundle import Layout, read_record, write_manifest
 from servediff.conditions import read_conditions
 from servediff.corpus import Corpus
@@ -27,7 +28,7 @@ from servediff.engines.process import EngineHandle, Launcher, free_port
 from servediff.engines.transport import EngineClient, Watch
 from servediff.errors import EngineError, EngineStartError
 from servediff.evidence import Cell, Launch, LoadRecord, Phase, Skipped, load_name
-from servediff.plan import Plan, arm_options
+from servediff.plan import Plan, arm_options, cache_policy
 from servediff.schedule import CellSpec
 
 HOST = "127.0.0.1"
@@ -145,6 +146,13 @@ class LoadSession:
             spec = self.adapter.launch(plan.launch.command, self.model.path, HOST, port,
                                        plan.arms[self.arm].args, self.options)
             env = {**spec.env, **plan.launch.env, **plan.arms[self.arm].env}
+            # Cold means cold: the engine's JIT and autotune caches as the policy says.
+            policy = cache_policy(plan, self.arm)
+            cache_env, self.launch.caches = caches.prepare(
+                policy, self.adapter.caches, room.layout.root, self.arm, self.name,
+                {**os.environ, **env})
+            env = {**env, **cache_env}
+            self.launch.cache_policy = policy
             self.url = f"http://{HOST}:{port}"
             self.launch.command, self.launch.env_diff, self.launch.port = spec.argv, env, port
             try:
@@ -219,10 +227,12 @@ class LoadSession:
             self.client.close()
         if self.proc is not None:
             self.launch.stop = self.proc.stop(self.plan.launch.stop_grace_s)
+            self.launch.caches = caches.settle(self.launch.caches)
             path = self.room.layout.log(self.name)
             log = path.read_text(errors="replace") if path.exists() else ""
             self.launch.capacity = {**self.adapter.capacity_from_log(log),
                                     **self.launch.capacity}
+            self.launch.startup = self.adapter.startup_from_log(log)
         self.launch.finished_at = time.time()
         self.room.write_load(self.record)
         write_manifest(self.room.layout.root)

@@ -138,6 +138,15 @@ def test_vllm_arms_reload_stability_and_arm_shift(vllm_run: Path, hf_run: Path):
     assert launch["capacity"]["prefix_caching"] is False
     assert launch["capacity"]["kv_tokens"] == launch["capacity"]["kv_tokens_metrics"] > 0
     assert launch["engine"]["version"]["vllm"]
+    # fresh JIT caches per load: vLLM's compile cache root is new and empty every load, so
+    # the compiled arm compiles at every start, and the record says how long it took
+    for load in (1, 2):
+        (compiled,) = json.loads((vllm_run / "loads" / f"compiled-load{load}.json")
+                                 .read_text())["launches"]
+        root = {c["env"]: c for c in compiled["caches"]}["VLLM_CACHE_ROOT"]
+        assert root["policy"] == "fresh" and root["empty_at_start"] and root["bytes_after"] > 0
+        assert compiled["startup"]["compile_cache"] == "empty, compiled and saved"
+        assert compiled["startup"]["engine_init_s"] > 0
     shift = summary["arm_shifts"][0]
     eager, compiled = rows(vllm_run, "eager", 1), rows(vllm_run, "compiled", 1)
     assert shift["moved"] == sum(eager[t]["sum_nll"] != compiled[t]["sum_nll"] for t in TAGS)

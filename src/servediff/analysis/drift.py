@@ -286,8 +286,20 @@ def partial_cells(evidence: Evidence) -> list[PartialCell]:
 def analyse_arms(evidence: Evidence, by_arm: Mapping[str, list[Cell]]) -> dict[str, ArmDrift]:
     threshold = evidence.plan.thresholds.moved_abs_nll
     per_arm = {arm: analyse_arm(by_arm[arm], threshold, prefix_cache_of(evidence, arm))
-               for arm in evidence.arms}
+               .model_copy(update=jit_caches(evidence, arm)) for arm in evidence.arms}
     return cache_dependence(per_arm)
+
+
+def jit_caches(evidence: Evidence, arm: str) -> dict[str, object]:
+    """The JIT/autotune cache policy of the arm's drift loads, and per launch that got
+    ready whether every cache it started with was empty."""
+    ready = [x for rec in evidence.loads if rec.arm == arm and rec.phase == "drift"
+             for x in rec.launches if x.seconds_to_ready is not None]
+    policies = {x.cache_policy for x in ready}
+    return {"cache_policy": policies.pop() if len(policies) == 1 else None,
+            "caches_empty_at_start": [None if not x.caches else
+                                      all(c.empty_at_start for c in x.caches)
+                                      for x in ready if x.cache_policy is not None]}
 
 
 def cells_by_arm(evidence: Evidence) -> dict[str, list[Cell]]:
@@ -320,7 +332,9 @@ def setup(evidence: Evidence) -> Setup:
             seconds_to_ready=[x.seconds_to_ready for x in mine if x.seconds_to_ready is not None],
             capacity=next((launch.capacity for launch in mine if launch.capacity), {}),
             cache_isolation=sorted({x.cache_isolation for x in mine if x.cache_isolation}),
-            first_request_cached_tokens=[x.first_request_cached_tokens for x in mine])
+            first_request_cached_tokens=[x.first_request_cached_tokens for x in mine],
+            cache_policy=next((x.cache_policy for x in mine if x.cache_policy), None),
+            startup=[x.startup for x in mine if x.startup])
     conditions = [c.conditions for c in evidence.cells]
     return Setup(
         corpus=CorpusSetup(name=evidence.locked.corpus.name,

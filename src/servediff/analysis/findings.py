@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from servediff.evidence import Outcome, Phase, RequestKind, Skipped
+from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
 from servediff.plan import ProbesSpec
 
 SUMMARY_SCHEMA_VERSION = 2
@@ -300,6 +300,10 @@ class ArmDrift(Finding):
     error_rows: int
     # whether the arm's drift loads served with a prefix cache (None: unknown)
     prefix_cache: bool | None
+    # the JIT/autotune cache policy of its drift loads (None: not recorded or mixed), and
+    # whether every cache was empty when each of them started
+    cache_policy: CachePolicy | None = None
+    caches_empty_at_start: list[bool | None] = Field(default_factory=list)
 
 
 # --- costs ------------------------------------------------------------------------------------
@@ -675,6 +679,9 @@ class ArmSetup(Finding):
     capacity: dict[str, JsonValue]
     cache_isolation: list[str]
     first_request_cached_tokens: list[int | None]
+    cache_policy: CachePolicy | None = None
+    # what the engine printed about each start (compile time, compile-cache use)
+    startup: list[dict[str, JsonValue]] = Field(default_factory=list)
 
 
 class Setup(Finding):

@@ -103,6 +103,9 @@ class EngineAdapter(ABC):
     # called in the load record. None: the engine has no prefix cache.
     cache_option: ClassVar[str | None] = None
     cache_states: ClassVar[dict[bool | None, str]] = {}
+    # The JIT and autotune caches the engine is known to use: environment variable ->
+    # what it holds (caches.py points them at fresh or shared directories per load).
+    caches: ClassVar[dict[str, str]] = {}
     # Why scoring requests are left out of the concurrency probe, when one score costs
     # far more than one request (llama-server's one request per position).
     concurrent_scoring_gap: ClassVar[str | None] = None
@@ -164,6 +167,10 @@ class EngineAdapter(ABC):
 
     def capacity_from_log(self, log_text: str) -> dict[str, Any]:
         """Capacity the engine only prints at start-up (vLLM's KV cache line)."""
+        return {}
+
+    def startup_from_log(self, log_text: str) -> dict[str, Any]:
+        """What the engine printed about its start-up: compile time, compile-cache use."""
         return {}
 
     def health_path(self) -> str:

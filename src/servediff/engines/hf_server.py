@@ -25,6 +25,15 @@ from pathlib import Path
 from typing import Any
 
 
+def bucket(length: int, limit: int) -> int:
+    """The padded length of a compiled batch: the next power of two from 64, at most the
+    context (`limit`)."""
+    width = 64
+    while width < length:
+        width *= 2
+    return max(length, min(width, limit))
+
+
 class Engine:
     """The loaded model; `score` holds a lock, one forward pass at a time."""
 
@@ -53,12 +62,18 @@ class Engine:
         torch.backends.cudnn.allow_tf32 = tf32
         self.compile_mode = compile_mode
         self.tf32 = tf32
+        # What scores: the model itself, or a compiled copy of its forward pass. With
+        # max-autotune, Inductor times candidate kernels at the first call of each shape
+        # and keeps the fastest: per process, so per cold load (the analogue of an
+        # engine's autotuner). Shapes are static (dynamic=False): each batch is padded to
+        # a length bucket, so a handful of shapes is compiled once each, which is what
+        # makes the arm start within minutes; a dynamic-shape compile with max-autotune
+        # did not get ready at all. Greedy generation runs eager (its shapes grow every
+        # step).
+        self.scorer: Any = self.model
         if compile_mode != "none":
-            # max-autotune times candidate kernels at the first call of each shape and
-            # keeps the fastest: per process, so per cold load (the analogue of an
-            # engine's autotuner).
-            self.model.forward = torch.compile(self.model.forward, mode=compile_mode,
-                                               dynamic=True)
+            torch._dynamo.config.cache_size_limit = 64
+            self.scorer = torch.compile(self.model, mode=compile_mode, dynamic=False)
         # Like vLLM's --max-model-len: a smaller context than the model's own.
         self.max_len = max_len or int(getattr(self.model.config, "max_position_embeddings", 2048))
         self.name = model_dir.name
@@ -75,6 +90,8 @@ class Engine:
             "dtype": self.dtype,
             "attn_implementation": self.attn,
             "compile": self.compile_mode,
+            "shapes": "static, padded to power-of-two length buckets from 64"
+            if self.compile_mode != "none" else "as sent",
             "tf32": self.tf32,
             "threads": torch.get_num_threads(),
             "max_model_len": self.max_len,
@@ -96,13 +113,15 @@ class Engine:
         """
         torch = self.torch
         width = max(len(ids) for ids in batch)
+        if self.compile_mode != "none":
+            width = bucket(width, self.max_len)
         input_ids = torch.zeros((len(batch), width), dtype=torch.long)
         mask = torch.zeros((len(batch), width), dtype=torch.long)
         for row, ids in enumerate(batch):
             input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
             mask[row, : len(ids)] = 1
         with self.lock, torch.inference_mode():
-            logits = self.model(
+            logits = self.scorer(
                 input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device)
             ).logits
             out: list[list[tuple[float, int]]] = []
@@ -282,7 +301,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--compile", default="none",
-                        choices=["none", "default", "reduce-overhead", "max-autotune"])
+                        choices=["none", "default", "reduce-overhead", "max-autotune",
+                                 "max-autotune-no-cudagraphs"])
     parser.add_argument("--tf32", action="store_true")
     args = parser.parse_args(argv)
     if args.host not in ("127.0.0.1", "localhost", "::1"):

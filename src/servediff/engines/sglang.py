@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 from typing import Any, ClassVar
 
+from servediff.caches import SGLANG
 from servediff.engines.base import (
     EngineAdapter,
     EngineInfo,
@@ -84,6 +85,7 @@ class SglangAdapter(EngineAdapter):
         "--host", "{host}", "--port", "{port}",
     ]
     options_model = SglangOptions
+    caches = SGLANG
     cache_option = "prefix_cache"
     cache_states: ClassVar[dict[bool | None, str]] = {
         None: "radix cache as the arm's args leave it (cost load; SGLang's default is on)",

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from servediff.caches import TORCH
 from servediff.engines.base import EngineInfo, EngineOptions, has_module
 from servediff.engines.completions import CompletionsAdapter
 from servediff.engines.transport import EngineClient
@@ -23,8 +24,10 @@ class TransformersOptions(EngineOptions):
     threads: int = Field(default=0, ge=0)
     # A context shorter than the model's own (as vLLM's --max-model-len).
     max_model_len: int | None = Field(default=None, ge=2)
-    # torch.compile of the forward pass ("max-autotune": kernels chosen per load by timing)
-    compile: Literal["none", "default", "reduce-overhead", "max-autotune"] = "none"
+    # torch.compile of the scoring forward pass, static shapes in length buckets
+    # ("max-autotune*": kernels chosen per load by timing them); generation runs eager
+    compile: Literal["none", "default", "reduce-overhead", "max-autotune",
+                     "max-autotune-no-cudagraphs"] = "none"
     # TF32 matmuls on CUDA (Ampere and newer)
     tf32: bool = False
 
@@ -39,7 +42,7 @@ class TransformersAdapter(CompletionsAdapter):
     ]
     # The embedded server serves one model and takes any name.
     served = "default"
-
+    caches = TORCH
     @classmethod
     def locate(cls) -> str | None:
         return "this Python environment" if has_module("torch") and has_module(

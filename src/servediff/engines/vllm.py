@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from servediff.caches import VLLM
 from servediff.engines.base import EngineInfo, EngineOptions, has_module
 from servediff.engines.completions import CompletionsAdapter, first_model
 from servediff.engines.transport import EngineClient
@@ -20,6 +21,15 @@ from servediff.errors import EngineRequestError
 from servediff.models import cache_root
 
 KV_LINE = re.compile(r"(GPU|CPU) KV cache size:\s*([\d,]+)\s*tokens")
+# Start-up lines (vLLM 0.32, CPU): the compile warm-up, what its compile cache did, and the
+# whole engine initialisation.
+STAMP = r"\d\d-\d\d (\d\d):(\d\d):(\d\d)"
+WARMUP_LINE = re.compile(STAMP + r".*Warming up model for the compilation")
+SAVED_LINE = re.compile(STAMP + r".*saved AOT compiled function to (\S+)")
+LOAD_FAILED_LINE = re.compile(r"Compiling model again due to a load failure")
+LOADED_LINE = re.compile(STAMP + r".*(?<!failure )(?:Directly load|[Ll]oaded) (?:the )?(?:AOT )?"
+                         r"compiled (?:function|graph)")
+INIT_LINE = re.compile(r"init engine \(.*\) took ([\d.]+) s")
 CONCURRENCY_LINE = re.compile(
     r"Maximum concurrency for ([\d,]+) tokens per request:\s*([\d.]+)x"
 )
@@ -59,6 +69,7 @@ class VllmAdapter(CompletionsAdapter):
         {"score", "generate", "capacity", "version", "metrics", "reload"}
     )
     options_model = VllmOptions
+    caches = VLLM
     cache_option = "prefix_cache"
     cache_states: ClassVar[dict[bool | None, str]] = {
         None: "prefix cache as the arm's args leave it (cost load; vLLM's default is on)",
@@ -99,6 +110,27 @@ class VllmAdapter(CompletionsAdapter):
             capacity={**capacity, "max_model_len": first.get("max_model_len")},
             raw={"version": version, "model": first},
         )
+
+    def startup_from_log(self, log_text: str) -> dict[str, Any]:
+        """How long the engine took to initialise, how long its compile warm-up took and
+        what its compile cache did (compiled fresh, loaded, or failed to load and
+        compiled again)."""
+        out: dict[str, Any] = {}
+        if m := INIT_LINE.search(log_text):
+            out["engine_init_s"] = float(m.group(1))
+        warmup = WARMUP_LINE.search(log_text)
+        done = SAVED_LINE.search(log_text) or LOADED_LINE.search(log_text)
+        if warmup and done:
+            a, b = (int(x.group(1)) * 3600 + int(x.group(2)) * 60 + int(x.group(3))
+                    for x in (warmup, done))
+            out["compile_warmup_s"] = (b - a) % 86400
+        if LOAD_FAILED_LINE.search(log_text):
+            out["compile_cache"] = "found, failed to load, compiled again"
+        elif LOADED_LINE.search(log_text):
+            out["compile_cache"] = "loaded"
+        elif SAVED_LINE.search(log_text):
+            out["compile_cache"] = "empty, compiled and saved"
+        return out
 
     def capacity_from_log(self, log_text: str) -> dict[str, Any]:
         out: dict[str, Any] = {}

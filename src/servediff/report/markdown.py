@@ -73,8 +73,10 @@ def what_fixed_it(summary: Summary) -> list[str]:
 
 
 def arm_lines(arm: str, data: ArmDrift) -> list[str]:
+    caches = words.caches_text(data)
     lines = [f"### Arm `{arm}`: {words.signature_text(data.signature)}", "",
              f"_{words.signature_meaning(data.signature)}_", "",
+             *([f"Caches: {caches}.", ""] if caches else []),
              "| comparison | moved | max abs dNLL | text | bit-identical |",
              "| --- | --- | --- | --- | --- |"]
     lines += [_pair_line(f"load {p.load_a} vs load {p.load_b}", p) for p in data.across_load]
@@ -213,6 +215,11 @@ def serving_lines(s: Setup) -> list[str]:
                      f"prefix cache: {', '.join(a.cache_isolation) or 'not recorded'}; "
                      "cached tokens on the first request after each start: "
                      f"{_cached(a.first_request_cached_tokens)}"
+                     + (f"; JIT and autotune caches: {a.cache_policy}" if a.cache_policy
+                        else "")
+                     + ("; start-up as the engine printed it: " + "; ".join(
+                         ", ".join(f"{k} {v}" for k, v in sorted(x.items()))
+                         for x in a.startup) if a.startup else "")
                      + ("; an external endpoint, not started by servediff"
                         if a.external else ""))
     return [

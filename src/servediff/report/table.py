@@ -45,11 +45,12 @@ def drift_table(summary: Summary) -> Group:
                       f"{shift.moved}/{shift.compared}", fmt_nll(shift.max_abs_delta),
                       shift.max_tag or "-", "yes" if shift.bit_identical else "no")
     arms = Table(title="Signature per arm")
-    for column in ("arm", "signature", "perplexity per load"):
+    for column in ("arm", "signature", "perplexity per load", "JIT caches"):
         arms.add_column(column)
     for arm, data in summary.arms.items():
         arms.add_row(arm, words.signature_text(data.signature),
-                     ", ".join(f"L{r.load} {fmt_ppl(r.perplexity)}" for r in data.loads))
+                     ", ".join(f"L{r.load} {fmt_ppl(r.perplexity)}" for r in data.loads),
+                     data.cache_policy or "-")
     return Group(pairs, arms, *concurrency_tables(summary))
 
 

@@ -8,6 +8,7 @@ the same thing.
 from __future__ import annotations
 
 from servediff.analysis.findings import (
+    ArmDrift,
     CapacityClaim,
     Claim,
     Coverage,
@@ -122,6 +123,26 @@ def signature_text(sig: Signature) -> str:
 
 def signature_meaning(sig: Signature) -> str:
     return "; ".join(SIGNATURES[name] for name, _ in _parts(sig))
+
+
+def caches_text(drift: ArmDrift) -> str:
+    """What the arm's cold loads started with, and what that means for a stable verdict."""
+    policy = drift.cache_policy
+    if policy is None:
+        return ""
+    if policy == "fresh":
+        empty = drift.caches_empty_at_start
+        return ("every load started with new, empty JIT and autotune caches"
+                + ("" if all(e is not False for e in empty) else
+                   "; but at least one cache was not empty at start"))
+    stable = drift.signature.stable
+    if policy == "shared":
+        return ("the loads shared their JIT and autotune caches (a warm restart)"
+                + (": a kernel choice made once and cached would not show as drift here; "
+                   "run the arm with cache_policy = \"fresh\" to see per-load choices"
+                   if stable else ""))
+    return ("the JIT and autotune caches were left as the environment had them"
+            + (": a warm cache may have hidden per-load kernel choices" if stable else ""))
 
 
 def shift_text(kind: ShiftKind) -> str:
