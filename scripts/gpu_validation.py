@@ -2,6 +2,7 @@
 
     python3 scripts/gpu_validation.py transformers --out DIR [--budget S] [--device cuda]
     python3 scripts/gpu_validation.py llama --out DIR [--budget S]
+    python3 scripts/gpu_validation.py compile --out DIR [--budget S]
 
 Run from the repository root on the GPU machine, with servediff importable
 (PYTHONPATH=src and its dependencies; docs/validation/README.md says how they
@@ -38,6 +39,9 @@ SIZES = {
              "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 64},
     # SmolLM2-135M's own shape
     "135m": {},
+    # SmolLM2-135M's shape with 4 of its 30 layers: the same matrix shapes to autotune,
+    # a smaller graph to compile (the compile-cache plan's 9 cold starts fit one call)
+    "135m-4l": {"num_hidden_layers": 4},
 }
 
 
@@ -93,7 +97,9 @@ def run_plan(name: str, text: str, deadline: float, out: Path) -> None:
         subprocess.run([sys.executable, "-m", "servediff", "report", name], cwd=work,
                        check=False)
         with tarfile.open(out / f"{name}.tar.gz", "w:gz") as tar:
-            tar.add(bundle, arcname=name)
+            # the run's JIT caches (.jit) and its lock are not evidence
+            tar.add(bundle, arcname=name, filter=lambda info: None if any(
+                part.startswith(".") for part in Path(info.name).parts) else info)
 
 
 def transformers_plans(device: str, small: bool) -> list[tuple[str, str]]:
@@ -138,6 +144,41 @@ def transformers_plans(device: str, small: bool) -> list[tuple[str, str]]:
     )
     return [("h200-transformers-numerics", numerics), ("h200-transformers-cost", cost),
             ("h200-transformers-compile", compiled)]
+
+
+# Texts of 65 to 127 ids with the BOS token: one length bucket (128) for the compiled arms.
+BUCKET_128 = ["prose-harbour", "prose-library", "prose-glacier", "prose-kitchen",
+              "prose-night-shift", "prose-essay-maps", "dialogue-shop", "dialogue-support",
+              "dialogue-chat-template", "code-js-debounce", "list-packing", "list-changelog",
+              "list-steps", "csv-short", "fr-prose-marche", "es-prose-pueblo"]
+
+
+def compile_plans(device: str) -> list[tuple[str, str]]:
+    """Per-load kernel choice: eager against torch.compile max-autotune with fresh and with
+    shared Inductor/Triton caches, 3 cold loads each; and how long the compiled arm takes
+    to get ready on the 1.7B shape."""
+    little = make_model("135m-4l", device=device)
+    big = make_model("1.7b", device=device)
+    scoring_only = ("[probes.repeat]\ncount = 1\n" + "".join(
+        f"[probes.{p}]\nenabled = false\n"
+        for p in ("concurrency", "generate", "speed", "sweep", "prefix")))
+    autotune = 'options = { compile = "max-autotune-no-cudagraphs" }\n'
+    caches = (
+        f'name = "h200-compile-caches"\nengine = "transformers"\nmodel = "{little}"\n'
+        f"loads_per_arm = 3\n[engine_options]\ndevice = \"{device}\"\ndtype = \"bfloat16\"\n"
+        "[launch]\nstart_timeout_s = 600\n"
+        f"[corpus]\ntags = {toml_list(BUCKET_128)}\n" + scoring_only
+        + "[arms.eager]\n"
+        + '[arms.compiled_fresh]\ncache_policy = "fresh"\n' + autotune
+        + '[arms.compiled_shared]\ncache_policy = "shared"\n' + autotune)
+    start = (
+        f'name = "h200-compile-1.7b-start"\nengine = "transformers"\nmodel = "{big}"\n'
+        f"loads_per_arm = 1\n[engine_options]\ndevice = \"{device}\"\ndtype = \"bfloat16\"\n"
+        "[launch]\nstart_timeout_s = 600\n"
+        f"[corpus]\ntags = {toml_list(BUCKET_128[:4])}\n" + scoring_only.replace(
+            "count = 1", "count = 0")
+        + '[arms.compiled_fresh]\ncache_policy = "fresh"\n' + autotune)
+    return [("h200-compile-caches", caches), ("h200-compile-1.7b-start", start)]
 
 
 def build_llama(deadline: float) -> Path:
@@ -192,7 +233,7 @@ def llama_plans(deadline: float) -> list[tuple[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("part", choices=["transformers", "llama"])
+    parser.add_argument("part", choices=["transformers", "llama", "compile"])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=540.0)
     parser.add_argument("--device", default="cuda")
@@ -204,6 +245,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     plans = (transformers_plans(args.device, args.small) if args.part == "transformers"
+             else compile_plans(args.device) if args.part == "compile"
              else llama_plans(deadline))
     print(f"models ready after {time.monotonic() - t0:.0f} s", flush=True)
     budgets = dict(p.split("=") for p in args.plans or [])

@@ -135,6 +135,10 @@ class Runner:
                 BY_NAME[cell.probe].measure(session, cell)
         except EngineError as exc:
             session.failed(exc)
+        except KeyboardInterrupt:
+            if hasattr(session, "launch"):
+                session.launch.error = "interrupted: servediff was stopped (SIGINT or SIGTERM)"
+            raise
         finally:
             session.close()
 

@@ -22,7 +22,7 @@ from servediff.analysis.numbers import differences
 from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence, verify
 from servediff.cli import main
-from servediff.report.words import signature_text
+from servediff.report.words import claim_text, signature_text
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLES = {"h200-transformers-numerics": ROOT / "docs" / "validation",
@@ -97,3 +97,35 @@ def test_the_findings_the_readme_quotes(tmp_path: Path):
             "length": 128, "level": 2, "kinds": ["generate"]}
         survival = llama.costs[arm].survival
         assert survival and survival.largest_ok_length == {"1": 8191, "4": 8191}
+
+
+def test_per_load_kernel_choice_is_caught_on_the_h200(tmp_path: Path):
+    """torch.compile max-autotune, 3 cold loads per arm (docs/validation/README.md)."""
+    root = ROOT / "docs" / "validation"
+    with tarfile.open(root / "h200-compile-caches.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    run = tmp_path / "h200-compile-caches"
+    assert verify(run) > 10
+    summary = summarize(read_evidence(run))
+    assert json.loads((run / "summary.json").read_text()) == json.loads(
+        summary.model_dump_json())
+    arms = summary.arms
+    assert signature_text(arms["eager"].signature) == "bit-identical"
+    for arm in ("compiled_fresh", "compiled_shared"):
+        assert signature_text(arms[arm].signature) == "across-load only"
+        assert all(p.moved > 0 for p in arms[arm].across_load)
+    assert all(w.moved == 0 for a in arms.values() for w in a.within_load)
+    assert [p.moved for p in arms["compiled_fresh"].across_load] == [16, 16, 16]
+    assert [p.moved for p in arms["compiled_shared"].across_load] == [5, 4, 8]
+    assert arms["compiled_fresh"].caches_empty_at_start == [True, True, True]
+    assert arms["compiled_shared"].caches_empty_at_start == [True, False, False]
+    costs = {p.arm: [c for c in p.claims if c.kind == "cost"] for p in summary.verdict.pairs}
+    for arm in ("compiled_fresh", "compiled_shared"):
+        (start,) = costs[arm]
+        assert claim_text(start).startswith(f"start-up to ready: `{arm}` ")
+    big = tmp_path / "h200-compile-1.7b-start"
+    with tarfile.open(root / "h200-compile-1.7b-start.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    (launch,) = json.loads((big / "loads" / "compiled_fresh-load1.json").read_text())["launches"]
+    assert launch["seconds_to_ready"] == 188.086 and launch["engine"]["compile"] == \
+        "max-autotune-no-cudagraphs"

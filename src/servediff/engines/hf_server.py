@@ -26,9 +26,10 @@ from typing import Any
 
 
 def bucket(length: int, limit: int) -> int:
-    """The padded length of a compiled batch: the next power of two from 64, at most the
-    context (`limit`)."""
-    width = 64
+    """The padded length of a compiled batch: the next power of two from 128, at most the
+    context (`limit`). Every compiled shape costs a compile (minutes with max-autotune on a
+    GPU), so short prompts, the ready check's included, share the smallest bucket."""
+    width = 128
     while width < length:
         width *= 2
     return max(length, min(width, limit))
@@ -90,7 +91,7 @@ class Engine:
             "dtype": self.dtype,
             "attn_implementation": self.attn,
             "compile": self.compile_mode,
-            "shapes": "static, padded to power-of-two length buckets from 64"
+            "shapes": "static, padded to power-of-two length buckets from 128"
             if self.compile_mode != "none" else "as sent",
             "tf32": self.tf32,
             "threads": torch.get_num_threads(),
