@@ -129,3 +129,10 @@ def test_per_load_kernel_choice_is_caught_on_the_h200(tmp_path: Path):
     (launch,) = json.loads((big / "loads" / "compiled_fresh-load1.json").read_text())["launches"]
     assert launch["seconds_to_ready"] == 188.086 and launch["engine"]["compile"] == \
         "max-autotune-no-cudagraphs"
+    first = tmp_path / "h200-compile-135m-first-try"
+    with tarfile.open(root / "h200-compile-135m-first-try.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    assert verify(first) > 5
+    (launch,) = json.loads((first / "loads" / "compiled_fresh-load1.json").read_text()
+                           )["launches"]
+    assert launch["seconds_to_ready"] == 120.835
