@@ -18,7 +18,7 @@ from servediff.analysis.summary import summarize
 from servediff.bundle import Layout, evidence_sha256, read_evidence, verify, write_manifest
 from servediff.report.html import render_html
 from servediff.report.markdown import render
-from servediff.scrub import describe, scrub, scrub_tree
+from servediff.scrub import DEFAULT, Policy, describe, policy, scrub, scrub_tree
 
 
 def write_derived(root: Path) -> Summary:
@@ -27,25 +27,28 @@ def write_derived(root: Path) -> Summary:
     layout = Layout(root)
     if layout.manifest.exists():
         verify(root)
-    summary = summarize(read_evidence(root))
+    evidence = read_evidence(root)
+    summary = summarize(evidence)
     atomic.write_json(layout.summary, summary.model_dump(mode="json"))
-    markdown, clean = render_reports(summary, root)
+    rules = policy(evidence.plan.scrub.allow_hosts, evidence.plan.scrub.deny_hosts)
+    markdown, clean = render_reports(summary, root, rules)
     atomic.write_text(layout.report, markdown)
     atomic.write_text(layout.html, render_html(clean, markdown, f"servediff report: "
-                                               f"{scrub(root.name).text}"))
+                                               f"{scrub(root.name, rules).text}"))
     write_manifest(root)
     return summary
 
 
-def render_reports(summary: Summary, root: Path) -> tuple[str, Summary]:
+def render_reports(summary: Summary, root: Path, rules: Policy = DEFAULT
+                   ) -> tuple[str, Summary]:
     """report.md's text and the scrubbed summary the HTML page is drawn from."""
-    tree, counts = scrub_tree(summary.model_dump(mode="json"))
+    tree, counts = scrub_tree(summary.model_dump(mode="json"), policy=rules)
     clean = Summary.model_validate(tree)
-    name = scrub(root.name)
+    name = scrub(root.name, rules)
     counts = Counter(counts) + name.counts
     text = render(clean, name.text, evidence_sha256(root))
-    last = scrub(text)
+    last = scrub(text, rules)
     counts += last.counts
     markdown = (last.text + f"\nScrubbed before writing (placeholders HOST, USER, EMAIL, "
-                f"/PATH/..., REDACTED): {describe(counts)}.\n")
+                f"BUCKET, REPO, /PATH/..., REDACTED): {describe(counts)}.\n")
     return markdown, clean

@@ -33,7 +33,7 @@ from servediff.errors import InputError
 from servediff.evidence import cell_name
 from servediff.report import words
 from servediff.report.markdown import protocol
-from servediff.scrub import scrub_tree
+from servediff.scrub import policy, scrub_tree
 
 SCHEMA_VERSION = "1.0"
 
@@ -249,7 +249,7 @@ def hypothesis(summary: Summary) -> Hypothesis:
 INCOMPLETE = ("loads missing", "sweep points missing")
 
 
-HOSTS = ("hostname", "ipv4 address", "ipv6 address", "user@host")
+HOSTS = ("hostname", "ipv4 address", "ipv6 address", "user@host", "bucket", "repository")
 
 
 def build(root: Path, summary: Summary, given_revision: str | None) -> EvidencePacket:
@@ -295,7 +295,8 @@ def build(root: Path, summary: Summary, given_revision: str | None) -> EvidenceP
         claim=PacketClaim(text=claim, evidence_status=EVIDENCE_STATUS,
                           rederive_command="servediff verify RUN && servediff rederive RUN",
                           evidence_sha256=evidence_hash))
-    tree, counts = scrub_tree(packet.model_dump(mode="json", exclude={"sanitization"}))
+    tree, counts = scrub_tree(packet.model_dump(mode="json", exclude={"sanitization"}),
+                              policy=policy(plan.scrub.allow_hosts, plan.scrub.deny_hosts))
     kinds = dict(counts)
     clean = EvidencePacket.model_validate(tree).model_copy(update={"sanitization": Sanitization(
         scrubbed=True, scrubbed_kinds=kinds,

@@ -198,6 +198,13 @@ class ThresholdSpec(Strict):
     moved_abs_nll: Annotated[float, Field(ge=0)] = 0.0
 
 
+class ScrubSpec(Strict):
+    """Hosts the scrubber keeps verbatim (beyond its public allowlist) or always replaces."""
+
+    allow_hosts: list[str] = Field(default_factory=list)
+    deny_hosts: list[str] = Field(default_factory=list)
+
+
 class LaunchSpec(Strict):
     # Command template; {model}, {host} and {port} are filled in per load and the
     # arm's args appended. Default: the engine's own (see `servediff engines`).
@@ -249,6 +256,7 @@ class Plan(Strict):
     scoring: ScoringSpec = ScoringSpec()
     thresholds: ThresholdSpec = ThresholdSpec()
     launch: LaunchSpec = LaunchSpec()
+    scrub: ScrubSpec = ScrubSpec()
 
     @field_validator("arms")
     @classmethod

@@ -6,14 +6,25 @@ strings); servediff adds the rules that library lacks for this field: Hugging
 Face and GitHub tokens, JWTs, bearer and Authorization headers, cookies, PEM
 private-key blocks, `key=` / `token=` / `secret=` / `password=` assignments
 and secret-named JSON fields, unquoted high-entropy strings, and the
-infrastructure a report leaks: hostnames (bare, bracketed, `user@host`), IPv4
-and IPv6 addresses, absolute paths of any depth (POSIX, `~/`, Windows), user
-names and e-mail addresses.
+infrastructure a report leaks: private hostnames wherever they stand (in
+URLs, syslog-style log prefixes, before a port, bare, bracketed,
+`user@host`), IPv4 and IPv6 addresses, the bucket or account of an
+object-store URL (`s3://`, `gs://`, `az://`, `abfss://`, `hf://`, and the
+cloud storage hosts), the private part of absolute paths (POSIX, `~/`,
+Windows, UNC), user names and e-mail addresses.
 
-Kept: model names (`Org/Model-Name`), engine versions and build strings,
-image tags, flags and their values, port numbers (`HOST:8000`), timestamps,
-hex digests, version numbers, API routes (`/v1/completions`) and every
-non-secret part of a JSON or request body.
+Kept: public hosts reports cite (`PUBLIC_HOSTS`: code hosts, model hubs,
+package registries, paper sites, the engines' docs, and their subdomains),
+model names (`Org/Model-Name`), engine versions and build strings, image
+tags, flags and their values, port numbers (`HOST:8000`), timestamps, hex
+digests, version numbers, API routes (`/v1/completions`), every non-secret
+part of a JSON or request body, the key of a `key=value` secret, and the last
+component of a path or object URL when it names a model, a weights file or a
+config: `/home/alice/ckpt/model.safetensors` becomes
+`/PATH/.../model.safetensors`, `/data/models/Qwen2.5-7B-Instruct-AWQ` becomes
+`/PATH/.../Qwen2.5-7B-Instruct-AWQ`, `/home/alice/notes` becomes `/PATH/...`.
+A `Policy` adds hosts to the allowlist or the deny list (plan `[scrub]`, or
+`servediff scrub --allow-host/--deny-host`).
 
 Detection runs on a copy with Unicode look-alikes folded (NFKC plus common
 Cyrillic and Greek homoglyphs), so `ѕk-...` is caught; the replacement is
@@ -51,9 +62,42 @@ DETECTORS = ("AWS Access Key", "OpenAI Token", "Slack Token", "Stripe Access Key
              "Discord Bot Token", "Telegram Bot Token", "Mailchimp Access Key",
              "Base64 High Entropy String")
 
-PUBLIC_HOSTS = {"huggingface.co", "hf.co", "github.com", "ghcr.io", "docker.io",
-                "registry-1.docker.io", "nvcr.io", "quay.io", "pypi.org",
-                "files.pythonhosted.org", "download.pytorch.org", "gcr.io", "public.ecr.aws"}
+# Public hosts a report may cite, kept verbatim with their subdomains (docs.vllm.ai).
+PUBLIC_HOSTS = frozenset({
+    # code hosts
+    "github.com", "githubusercontent.com", "github.io", "gitlab.com", "bitbucket.org",
+    "codeberg.org", "sourceforge.net",
+    # model hubs
+    "huggingface.co", "hf.co", "modelscope.cn", "ollama.com", "kaggle.com",
+    # package and image registries
+    "pypi.org", "pythonhosted.org", "npmjs.com", "npmjs.org", "crates.io", "anaconda.org",
+    "anaconda.com", "conda-forge.org", "docker.io", "docker.com", "ghcr.io", "nvcr.io",
+    "quay.io", "gcr.io", "public.ecr.aws", "download.pytorch.org",
+    # papers
+    "arxiv.org", "openreview.net", "aclanthology.org", "doi.org", "semanticscholar.org",
+    "neurips.cc", "nips.cc", "mlr.press", "acm.org", "ieee.org", "paperswithcode.com",
+    # the engines' and frameworks' docs
+    "vllm.ai", "sglang.ai", "flashinfer.ai", "pytorch.org", "nvidia.com", "python.org",
+    "readthedocs.io", "readthedocs.org", "tensorflow.org", "jax.readthedocs.io",
+    "ggml.ai", "llama.com", "lmsys.org",
+})
+# Object stores whose first path segment or first label is a bucket, container or account.
+STORE_SCHEMES = ("s3", "s3a", "s3n", "gs", "gcs", "az", "abfs", "abfss", "wasb", "wasbs",
+                 "adl", "r2", "oss", "cos", "obs", "hdfs", "hf")
+STORE_HOSTS = re.compile(r"(?i)^(?:(?P<sub>[a-z0-9][a-z0-9.-]*?)\.)?"
+                         r"(?P<svc>s3[.-][a-z0-9.-]*amazonaws\.com|s3\.amazonaws\.com|"
+                         r"storage\.googleapis\.com|storage\.cloud\.google\.com|"
+                         r"(?:blob|dfs|file)\.core\.windows\.net|r2\.cloudflarestorage\.com|"
+                         r"digitaloceanspaces\.com|backblazeb2\.com)$")
+# The last path component that a reader needs in order to reproduce: a model, a weights
+# file, a config or tokenizer file.
+MODEL_FILE = re.compile(r"(?i)\.(?:safetensors|gguf|ggml|bin|pt|pth|ckpt|onnx|engine|plan|"
+                        r"tflite|npz|h5|msgpack|json|jsonl|ya?ml|toml|model|tiktoken|jinja)$")
+MODEL_NAME = re.compile(r"(?i)(?:llama|qwen|mistral|mixtral|gemma|phi-?\d|smollm|deepseek|"
+                        r"falcon|gpt|bloom|olmo|granite|internlm|baichuan|chatglm|starcoder|"
+                        r"codellama|vicuna|tinyllama|nemotron|command-r|\d+(?:\.\d+)?[bm]\b|"
+                        r"(?<![a-z])(?:awq|gptq|gguf|fp8|fp16|bf16|int4|int8|q\d_k\w*|"
+                        r"instruct|chat|base)(?![a-z]))")
 TLDS = ("com|net|org|io|ai|dev|app|cloud|co|edu|gov|mil|int|info|biz|me|us|uk|de|fr|jp|cn|"
         "ru|nl|ch|se|no|fi|es|it|pl|in|kr|tw|au|ca|br|eu|local|localdomain|internal|intranet|"
         "lan|corp|home|cluster|svc|priv|private")
@@ -68,6 +112,7 @@ SECRET_NAME = (r"[\w.-]*(?:api[_-]?key|access[_-]?key|secret(?:[_-]?key)?|token|
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", re.IGNORECASE)
 
 PLACEHOLDER = {
+    "bucket": "BUCKET", "repository": "REPO",
     "private key": "REDACTED-PRIVATE-KEY", "authorization header": "REDACTED",
     "bearer token": "Bearer REDACTED", "cookie": "REDACTED", "token": "REDACTED",
     "secret assignment": "REDACTED", "secret field": "REDACTED",
@@ -86,6 +131,33 @@ class Span:
     start: int
     end: int
     kind: str
+    # the text that replaces it; None: the kind's placeholder
+    replacement: str | None = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Hosts a plan or the command line adds: kept verbatim, or always replaced."""
+
+    allow_hosts: frozenset[str] = frozenset()
+    deny_hosts: frozenset[str] = frozenset()
+
+    def public(self, host: str) -> bool:
+        host = host.lower().rstrip(".")
+        if host in self.deny_hosts:
+            return False
+        if (store := STORE_HOSTS.match(host)) and not store.group("sub"):
+            return True  # the storage service itself; its buckets are not public
+        return any(host == h or host.endswith("." + h) for h in PUBLIC_HOSTS | self.allow_hosts)
+
+
+DEFAULT = Policy()
+
+
+def policy(allow: list[str] | tuple[str, ...] = (), deny: list[str] | tuple[str, ...] = ()
+           ) -> Policy:
+    return Policy(frozenset(h.lower().rstrip(".") for h in allow),
+                  frozenset(h.lower().rstrip(".") for h in deny))
 
 
 @dataclass
@@ -112,11 +184,13 @@ def fold(text: str) -> tuple[str, list[int]]:
     return "".join(out), origin
 
 
-def _regex_rule(kind: str, pattern: str, group: int = 0, flags: int = 0
-                ) -> Callable[[str], Iterator[Span]]:
+Rule = Callable[[str, Policy], Iterator[Span]]
+
+
+def _regex_rule(kind: str, pattern: str, group: int = 0, flags: int = 0) -> Rule:
     compiled = re.compile(pattern, flags)
 
-    def find(text: str) -> Iterator[Span]:
+    def find(text: str, policy: Policy) -> Iterator[Span]:
         for m in compiled.finditer(text):
             if m.group(group):
                 yield Span(m.start(group), m.end(group), kind)
@@ -132,7 +206,7 @@ def _plugins() -> list[tuple[str, bool, Any]]:
     return out
 
 
-def _detect_secrets(text: str) -> Iterator[Span]:
+def _detect_secrets(text: str, policy: Policy) -> Iterator[Span]:
     for name, entropic, plugin in _plugins():
         for line_start, line in _lines(text):
             for secret in plugin.analyze_string(line):
@@ -163,21 +237,24 @@ def _entropy(s: str) -> float:
     return -sum(n / len(s) * log2(n / len(s)) for n in counts.values())
 
 
-def _high_entropy(text: str) -> Iterator[Span]:
-    """Unquoted strings that look random: long, mixed classes, not hex, not word-shaped."""
+def _high_entropy(text: str, policy: Policy) -> Iterator[Span]:
+    """Unquoted strings that look random: long, mixed classes, not hex, not word-shaped.
+    In `NAME=value` only the value goes: the name says what was there."""
     for m in re.finditer(r"(?<![\w/.+=-])[A-Za-z0-9+/_=-]{24,}(?![\w/.+=-])", text):
-        s = m.group(0)
+        s, start = m.group(0), m.start()
+        if key := re.match(r"[A-Za-z_][A-Za-z0-9_]*=(?=[^=])", s):
+            s, start = s[key.end():], start + key.end()
         if _hex(s) or ("/" in s.strip("/") and not re.search(r"[+=]", s)):
             continue
         words = [w for w in re.split(r"[-_]", s) if w]
         if len(words) >= 3 and all(re.fullmatch(r"[A-Za-z]*\d*[A-Za-z]*", w) for w in words):
             continue  # kebab/snake-case names: model names, flags, tags
         classes = sum(bool(re.search(p, s)) for p in (r"[a-z]", r"[A-Z]", r"\d"))
-        if classes == 3 and _entropy(s) >= 4.0:
-            yield Span(m.start(), m.end(), "high-entropy string")
+        if classes == 3 and _entropy(s) >= 4.0 and len(s) >= 16:
+            yield Span(start, m.end(), "high-entropy string")
 
 
-def _secret_assignments(text: str) -> Iterator[Span]:
+def _secret_assignments(text: str, policy: Policy) -> Iterator[Span]:
     """`token=...`, `password: "..."`, `--api-key ...`, `"secret": "..."`: the value only."""
     patterns = [
         rf"""(?i)["']?\b({SECRET_NAME})["']?\s*[:=]\s*(?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s,;&"'}}\]]+))""",
@@ -198,7 +275,7 @@ def _secret_assignments(text: str) -> Iterator[Span]:
                 break
 
 
-def _ipv6(text: str) -> Iterator[Span]:
+def _ipv6(text: str, policy: Policy) -> Iterator[Span]:
     for m in re.finditer(r"(?<![\w:.])\[?([0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}"
                          r"(?:%\w+)?)\]?(?![\w:])", text):
         candidate = m.group(1)
@@ -211,7 +288,7 @@ def _ipv6(text: str) -> Iterator[Span]:
         yield Span(m.start(1), m.end(1), "ipv6 address")
 
 
-def _ipv4(text: str) -> Iterator[Span]:
+def _ipv4(text: str, policy: Policy) -> Iterator[Span]:
     for m in re.finditer(r"(?<![\w.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?![\w]|\.\d)",
                          text):
         parts = [int(p) for p in m.groups()]
@@ -230,25 +307,114 @@ def _ipv4(text: str) -> Iterator[Span]:
         yield Span(m.start(), m.end(), "ipv4 address")
 
 
-def _hostnames(text: str) -> Iterator[Span]:
-    fqdn = (rf"(?<![\w@/.-])((?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+"
+def _hostnames(text: str, policy: Policy) -> Iterator[Span]:
+    fqdn = (rf"(?<![\w@.-])((?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+"
             rf"(?:{TLDS}))(?![\w-]|\.[A-Za-z])")
     for m in re.finditer(fqdn, text, re.IGNORECASE):
-        if m.group(1).lower() not in PUBLIC_HOSTS:
+        if not policy.public(m.group(1)):
             yield Span(m.start(1), m.end(1), "hostname")
     # a host name followed by a port, bracketed or not: gpu-node-3:8000, [node]:8000
     for m in re.finditer(r"(?<![\w/.:@-])\[?([A-Za-z][A-Za-z0-9-]*[A-Za-z0-9](?:\.[A-Za-z0-9-]+)*)"
                          r"\]?:(\d{2,5})(?!\d|\.\d)", text):
         host = m.group(1).lower()
-        if host not in ("localhost", "http", "https", "port", "host") and host not in PUBLIC_HOSTS:
+        if host not in ("localhost", "http", "https", "port", "host") and not policy.public(host):
             yield Span(m.start(1), m.end(1), "hostname")
     for m in re.finditer(r"(?i)\b(?:host(?:name)?|node|server)\s*[=:]\s*[\"']?"
                          r"([A-Za-z][A-Za-z0-9.-]*[A-Za-z0-9])", text):
         if m.group(1).lower() not in ("localhost", "host", "port") and not m.group(1)[0].isdigit():
             yield Span(m.start(1), m.end(1), "hostname")
+    # cloud instance names: ip-10-0-0-12, ip-172-31-1-2.ec2.internal
+    for m in re.finditer(r"(?<![\w-])(ip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?:\.[\w.-]+)?)(?![\w-])",
+                         text):
+        yield Span(m.start(1), m.end(1), "hostname")
+    for host in policy.deny_hosts:
+        for m in re.finditer(rf"(?<![\w.-]){re.escape(host)}(?![\w-])", text, re.IGNORECASE):
+            yield Span(m.start(), m.end(), "hostname")
 
 
-def _paths(text: str) -> Iterator[Span]:
+def _log_prefixes(text: str, policy: Policy) -> Iterator[Span]:
+    """The host of a syslog-style line: `Nov 30 12:00:01 gpu-node-3 vllm[1234]: ...`."""
+    stamp = (r"(?:[A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d|"
+             r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)")
+    for m in re.finditer(rf"(?m)^{stamp}\s+([A-Za-z][\w.-]*)\s+[\w./-]+(?:\[\d+\])?:", text):
+        if not policy.public(m.group(1)) and m.group(1).lower() != "localhost":
+            yield Span(m.start(1), m.end(1), "hostname")
+
+
+def keeps_name(last: str) -> bool:
+    """Whether a path's last component names a model, a weights file or a config."""
+    if not last or re.search(SECRET_NAME, last, re.IGNORECASE) or last.startswith("."):
+        return False
+    return bool(MODEL_FILE.search(last) or MODEL_NAME.search(last))
+
+
+def _tail(path: str) -> str:
+    """`/...` and the last component when a reader needs it."""
+    last = re.split(r"[/\\]", path.rstrip("/\\"))[-1]
+    return f"/.../{last}" if keeps_name(last) else "/..."
+
+
+def _hf(m: re.Match[str], authority: str, path: str) -> Iterator[Span]:
+    """hf://[datasets|spaces|models/]org/repo/...: the repository may be private."""
+    parts = [authority, *[p for p in path.split("/") if p]]
+    lead = parts[0] if parts[0] in ("datasets", "spaces", "models") else None
+    repo = parts[1:3] if lead else parts[0:2]
+    if repo[:1] == ["REPO"]:
+        return  # scrubbed already
+    rest = parts[3:] if lead else parts[2:]
+    start = m.start(3) + (len(lead) + 1 if lead else 0)
+    end = start + len("/".join(repo))
+    yield Span(start, end, "repository")
+    if rest:
+        yield Span(end, m.end(), "path", _tail("/".join(rest)))
+
+
+def _store(m: re.Match[str], store: re.Match[str], path: str) -> Iterator[Span]:
+    """A cloud storage host: the bucket in its first label or its first path segment."""
+    if store.group("sub"):
+        yield Span(m.start(3), m.start(3) + len(store.group("sub")), "bucket")
+        if path.strip("/"):
+            yield Span(m.start(5), m.end(5), "path", _tail(path))
+        return
+    if not path.strip("/"):
+        return
+    first = path.strip("/").split("/")[0]
+    start = m.start(5) + path.index(first)
+    yield Span(start, start + len(first), "bucket")
+    rest = path[path.index(first) + len(first):]
+    if rest.strip("/"):
+        yield Span(start + len(first), m.end(5), "path", _tail(rest))
+
+
+def _urls(text: str, policy: Policy) -> Iterator[Span]:
+    """Hosts in URLs (the private ones), and the bucket, container or account of an
+    object store, with the private part of the object path."""
+    for m in re.finditer(r"(?i)\b([a-z][a-z0-9+.-]*)://(?:([^\s/@]+)@)?"
+                         r"(\[[0-9a-f:.%]+\]|[^\s/:?#'\"<>)@]+)(:\d+)?(/[^\s'\"<>)]*)?", text):
+        scheme, authority, path = m.group(1).lower(), m.group(3), m.group(5) or ""
+        user = m.group(2)
+        if user and ":" not in user and user not in PLACEHOLDERS and scheme not in STORE_SCHEMES:
+            yield Span(m.start(2), m.end(2), "username")  # https://someone@host/...
+        if scheme == "hf":
+            yield from _hf(m, authority, path)
+        elif scheme in STORE_SCHEMES:
+            # abfss://container@account.dfs.core.windows.net: container and account go
+            start = m.start(2) if m.group(2) else m.start(3)
+            end = m.end(3) if not STORE_HOSTS.match(authority) else \
+                m.start(3) + authority.index(".")
+            yield Span(start, end, "bucket")
+            if path.strip("/"):
+                yield Span(m.start(5), m.end(5), "path", _tail(path))
+        elif store := STORE_HOSTS.match(authority.strip("[]")):
+            yield from _store(m, store, path)
+        elif not (re.fullmatch(r"[\d.]+|\[[0-9a-f:.%]+\]", authority, re.IGNORECASE)
+                  or authority.lower() in ("localhost", "host") or policy.public(authority)):
+            yield Span(m.start(3), m.end(3), "hostname")
+
+
+def _paths(text: str, policy: Policy) -> Iterator[Span]:
+    """The private part of a path (home, user, mount point, drive) goes; the last
+    component stays when it names a model, a weights file or a config."""
     posix = r"(?<![\w.:/~\\-])(~?/(?:[^\s/'\"`<>|:;,)(\]\[]+/?)+)"
     for m in re.finditer(posix, text):
         path = m.group(1)
@@ -257,14 +423,14 @@ def _paths(text: str) -> Iterator[Span]:
             continue
         if path in ("/", "~/") or re.fullmatch(r"/\d+(?:\.\d+)?", path):
             continue
-        yield Span(m.start(1), m.end(1), "path")
+        yield Span(m.start(1), m.end(1), "path", "/PATH" + _tail(path))
     for m in re.finditer(r"(?<![\w])([A-Za-z]:\\(?:[^\s\\'\"<>|:*?]+\\?)+)", text):
-        yield Span(m.start(1), m.end(1), "path")
+        yield Span(m.start(1), m.end(1), "path", "/PATH" + _tail(m.group(1)))
     for m in re.finditer(r"(?<![\w])(\\\\[A-Za-z0-9._-]+\\(?:[^\s\\'\"<>|]+\\?)+)", text):
-        yield Span(m.start(1), m.end(1), "path")
+        yield Span(m.start(1), m.end(1), "path", "/PATH" + _tail(m.group(1)))
 
 
-RULES: list[Callable[[str], Iterator[Span]]] = [
+RULES: list[Rule] = [
     _regex_rule("private key", r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?"
                 r"(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)"),
     _regex_rule("authorization header", r"(?im)\b(?:proxy-)?authorization[\"']?\s*[:=]\s*"
@@ -279,8 +445,9 @@ RULES: list[Callable[[str], Iterator[Span]]] = [
     _regex_rule("token", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
     _detect_secrets,
     _secret_assignments,
+    _urls,
     _regex_rule("e-mail address",
-                r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
+                r"\b(?!(?:REDACTED|USER)@)[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
     _regex_rule("user@host", r"(?<![\w/.@-])[a-z_][a-z0-9_.-]{0,31}@"
                 r"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)(?=[\s:'\"\]),;]|$)"),
     _regex_rule("username", r"(?i)\b(?:user(?:name)?|login|owner|USER)\s*[=:]\s*[\"']?"
@@ -288,17 +455,18 @@ RULES: list[Callable[[str], Iterator[Span]]] = [
     _regex_rule("username", r"(?i)--(?:user(?:name)?|login)(?:\s+|=)([A-Za-z_][\w.-]{0,31})", 1),
     _ipv6,
     _ipv4,
+    _log_prefixes,
     _hostnames,
     _paths,
     _high_entropy,
 ]
 
 
-def spans(folded: str) -> list[Span]:
+def spans(folded: str, policy: Policy = DEFAULT) -> list[Span]:
     """Every finding, overlaps resolved: earlier rules win, then longer spans."""
     found: list[tuple[int, Span]] = []
     for priority, rule in enumerate(RULES):
-        found += [(priority, s) for s in rule(folded) if s.end > s.start]
+        found += [(priority, s) for s in rule(folded, policy) if s.end > s.start]
     found.sort(key=lambda x: (x[0], -(x[1].end - x[1].start)))
     taken: list[Span] = []
     for _, s in found:
@@ -307,19 +475,20 @@ def spans(folded: str) -> list[Span]:
     return sorted(taken, key=lambda s: s.start)
 
 
-def scrub(text: str) -> Scrubbed:
+def scrub(text: str, policy: Policy = DEFAULT) -> Scrubbed:
     folded, origin = fold(text)
     origin.append(len(text))
     out = Scrubbed(text)
     pieces = []
     last = 0
-    for s in spans(folded):
-        if folded[s.start:s.end] in PLACEHOLDERS:
+    for s in spans(folded, policy):
+        found = folded[s.start:s.end]
+        if found in PLACEHOLDERS or found == s.replacement or _scrubbed_path(found):
             continue  # already scrubbed (a second pass over a rendered report)
         start, end = origin[s.start], origin[s.end - 1] + 1
         if start < last:
             continue
-        pieces += [text[last:start], PLACEHOLDER[s.kind]]
+        pieces += [text[last:start], s.replacement or PLACEHOLDER[s.kind]]
         out.counts[s.kind] += 1
         last = end
     pieces.append(text[last:])
@@ -327,18 +496,24 @@ def scrub(text: str) -> Scrubbed:
     return out
 
 
-def scrub_tree(value: Any, counts: Counter[str] | None = None) -> tuple[Any, Counter[str]]:
+def _scrubbed_path(found: str) -> bool:
+    """A path this scrubber wrote: /PATH/..., /PATH/.../name, or an object path's /.../name."""
+    return re.fullmatch(r"(?:/PATH)?/\.\.\.(?:/[^/\s]+)?", found) is not None
+
+
+def scrub_tree(value: Any, counts: Counter[str] | None = None, policy: Policy = DEFAULT
+               ) -> tuple[Any, Counter[str]]:
     """Every string inside a JSON-like value scrubbed (keys are servediff's own names and
     stay); the counts of what was taken out, summed."""
     counts = Counter() if counts is None else counts
     if isinstance(value, str):
-        out = scrub(value)
+        out = scrub(value, policy)
         counts.update(out.counts)
         return out.text, counts
     if isinstance(value, dict):
-        return {k: scrub_tree(v, counts)[0] for k, v in value.items()}, counts
+        return {k: scrub_tree(v, counts, policy)[0] for k, v in value.items()}, counts
     if isinstance(value, list | tuple):
-        return [scrub_tree(v, counts)[0] for v in value], counts
+        return [scrub_tree(v, counts, policy)[0] for v in value], counts
     return value, counts
 
 

@@ -63,6 +63,39 @@ REMOVED = [
     ("postgres://admin:pa55word@db:5432/runs", "pa55word", "postgres://REDACTED@"),
     ("blob aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zQ8", "aB3dE5fG7hJ9", "REDACTED"),
     ('x = "aGVsbG8gd29ybGQgdGhpcyBpcyBhIHNlY3JldA=="', "aGVsbG8gd29y", '"REDACTED"'),
+    # private hosts inside URLs, in log prefixes, before a port; cloud instance names
+    ("dashboard https://grafana.mycorp.net/d/abc?orgId=1", "mycorp", "https://HOST/d/abc"),
+    ("see http://metrics.internal:3000/graph", "metrics.internal", "http://HOST:3000/graph"),
+    ("ws://inference.acme-labs.xyz/stream", "acme-labs", "ws://HOST/stream"),
+    ("Nov 30 12:00:01 gpu-node-3 vllm[1234]: ready", "gpu-node-3", "12:00:01 HOST vllm[1234]"),
+    ("2026-11-30T12:00:01Z trainer07 kernel: NVRM: Xid 79", "trainer07", "Z HOST kernel:"),
+    ("api.mycompany.ai:443 answered", "mycompany", "HOST:443"),
+    ("worker ip-172-31-1-2.ec2.internal joined", "ip-172-31", "worker HOST joined"),
+    # buckets, containers, accounts and private repositories
+    ("s3://acme-private-weights/llama/model.safetensors", "acme-private",
+     "s3://BUCKET/.../model.safetensors"),
+    ("gs://team-bucket/ckpt/run3/config.json", "team-bucket", "gs://BUCKET/.../config.json"),
+    ("az://evalcontainer/runs/42/notes.txt", "evalcontainer", "az://BUCKET/..."),
+    ("abfss://ckpts@acmestore.dfs.core.windows.net/run1/model.safetensors", "acmestore",
+     "abfss://BUCKET.dfs.core.windows.net/.../model.safetensors"),
+    ("https://mybucket.s3.amazonaws.com/models/m.gguf", "mybucket",
+     "https://BUCKET.s3.amazonaws.com/.../m.gguf"),
+    ("https://storage.googleapis.com/team-b/a/b/tokenizer.json", "team-b",
+     "https://storage.googleapis.com/BUCKET/.../tokenizer.json"),
+    ("hf://datasets/acme/private-evals/data.parquet", "private-evals", "hf://datasets/REPO/..."),
+    # paths: the private part goes, the model, weights or config file stays
+    ("--model /home/alice/models/Qwen2.5-7B-Instruct-AWQ", "alice",
+     "--model /PATH/.../Qwen2.5-7B-Instruct-AWQ"),
+    ("loaded /mnt/nvme1/bob/ckpt/model-00001-of-00002.safetensors", "nvme1",
+     "/PATH/.../model-00001-of-00002.safetensors"),
+    ("gguf ~/weights/SmolLM2-135M-Instruct.Q4_1.gguf", "weights",
+     "/PATH/.../SmolLM2-135M-Instruct.Q4_1.gguf"),
+    ("D:\\Models\\dave\\mistral-7b-v0.3\\config.json", "dave", "/PATH/.../config.json"),
+    ("notes in /home/erin/private/diary", "erin", "in /PATH/..."),
+    # a key=value secret keeps its key
+    ("HMAC_KEY=aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1x", "aB3dE5fG7hJ9", "HMAC_KEY=REDACTED"),
+    ("export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI",
+     "AWS_SECRET_ACCESS_KEY=REDACTED"),
     # Unicode look-alikes are folded before matching
     ("key ѕk-proj-abcdefghijklmnopqrstuvwx1234", "abcdefghijklmnop", "REDACTED"),
     ("token ｈｆ_abcdefghijklmnopqrstuvwxyz0123", "abcdefghijklmnop", "REDACTED"),
@@ -99,6 +132,18 @@ KEPT = [
     "Привет, мир: это проверка.",
     "日本語のテキストはそのまま残る。",
     "max_tokens=16 and cache_prompt=false",
+    # public hosts reports cite, with their paths
+    "see https://arxiv.org/abs/2408.12345 and https://docs.vllm.ai/en/latest/serving/",
+    "git clone https://github.com/ggml-org/llama.cpp && pip download from pypi.org",
+    "weights https://huggingface.co/HuggingFaceTB/SmolLM2-135M/blob/main/model.safetensors",
+    "docs at https://docs.nvidia.com/deploy/nvml-api/ and https://pytorch.org/docs/stable/",
+    # look-alikes of buckets, paths and key=value secrets that are not private
+    "s3 and gs are object stores; a bucket of texts; hf is short for Hugging Face",
+    "routes /v1/completions, /tokenize and /metrics",
+    "ratio 3/4, loads 1/2 and 2/2",
+    "max_model_len=2048 top_k=1 HMAC_KEY_LENGTH=32",
+    "model.safetensors and config.json as a file name alone",
+    "Nov 30 12:00:01 the run started",
 ]
 
 
@@ -120,6 +165,33 @@ def test_public_things_are_kept(text: str):
 def test_vector_set_covers_enough():
     assert len(REMOVED) + len(KEPT) >= 60
     assert len(KEPT) * 2 >= 60 // 2
+
+
+@pytest.mark.parametrize(("text", "gone", "shown"), REMOVED)
+def test_a_second_pass_over_scrubbed_text_changes_nothing(text: str, gone: str, shown: str):
+    once = scrub(text)
+    again = scrub(once.text)
+    assert again.text == once.text and not again.counts, (once.text, again.text)
+
+
+def test_the_counts_name_each_category():
+    out = scrub("s3://acme-w/x/model.gguf on https://grafana.corp.example.net/x by "
+                "/home/alice/notes with HMAC_KEY=aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1x and "
+                "hf://acme/secret-model/config.json")
+    assert out.counts == {"bucket": 1, "path": 3, "hostname": 1, "high-entropy string": 1,
+                          "repository": 1}
+
+
+def test_a_plan_or_the_cli_adds_allowed_and_denied_hosts():
+    from servediff.scrub import policy
+
+    text = "mirror https://models.mycorp.net/x and node bastion answered"
+    assert "models.mycorp.net" not in scrub(text).text
+    rules = policy(allow=["mycorp.net"], deny=["bastion"])
+    out = scrub(text, rules)
+    assert "https://models.mycorp.net/x" in out.text and "bastion" not in out.text
+    assert scrub("see https://github.com/o/r", policy(deny=["github.com"])).text == \
+        "see https://HOST/o/r"
 
 
 def test_counts_name_the_kinds():

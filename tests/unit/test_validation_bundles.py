@@ -71,6 +71,10 @@ def test_rederive_on_an_older_bundle_checks_its_numbers(tmp_path: Path, capsys):
     assert done.value.code == 0
     assert json.loads((root / "summary.json").read_text())["schema_version"] == 2
     assert verify(root) > 10
+    # the scrubbed report still names the model folder the engine served (and its files)
+    report = (root / "report.md").read_text()
+    assert "--model /PATH/.../smollm2-135m-instruct-b179c9523d0e6a0f " in report
+    assert "model.safetensors=" in report and "/work/" not in report
 
 
 def test_gpu_bundles_ran_on_the_h200(tmp_path: Path):
