@@ -1,7 +1,12 @@
-"""Reading the machine's conditions for a cell: CPU, load, memory, versions, GPUs.
+"""Reading the machine's conditions around a cell: CPU, load, memory, processes, GPUs.
 
-Cheap reads only (procfs, package metadata, NVML when installed), so taking
-them per cell costs nothing measurable.
+Cheap reads only (procfs through psutil, package metadata, NVML when
+installed), so taking them before and after every cell costs nothing
+measurable. CPU use is measured since the previous reading: each process's
+share (psutil keeps the per-process counters between readings), so the
+reading after a cell says what every process did during it. The engine's
+own process group and servediff itself are not foreign; every other process
+that used CPU, and every GPU compute process that is not the engine's, is.
 """
 
 from __future__ import annotations
@@ -9,13 +14,25 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import socket
 import time
 from functools import cache
 from importlib import metadata
+from typing import Any
 
-from servediff.evidence import Conditions, GpuReading
+import psutil
+
+from servediff.engines.groups import group_members
+from servediff.evidence import Conditions, GpuReading, ProcessUse
 
 PACKAGES = ("servediff", "torch", "transformers", "numpy", "httpx")
+TOP = 8
+# Clock reductions that slow a measurement (idle, application or user clocks do not).
+THROTTLES = {
+    "HwSlowdown": "hardware slowdown", "HwThermalSlowdown": "hardware thermal slowdown",
+    "HwPowerBrakeSlowdown": "hardware power brake", "SwThermalSlowdown": "software thermal",
+    "SwPowerCap": "power cap",
+}
 
 
 @cache
@@ -25,15 +42,6 @@ def _cpu_model() -> str:
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
-
-
-def _meminfo() -> dict[str, int]:
-    out: dict[str, int] = {}
-    with contextlib.suppress(OSError), open("/proc/meminfo", encoding="utf-8") as fh:
-        for line in fh:
-            key, _, rest = line.partition(":")
-            out[key] = int(rest.split()[0]) // 1024
-    return out
 
 
 @cache
@@ -47,7 +55,32 @@ def _packages() -> dict[str, str | None]:
     return found
 
 
-def _gpus() -> list[GpuReading]:
+def ours(engine_pgid: int | None) -> set[int]:
+    """servediff's own processes and the engine's process group: not foreign."""
+    me = psutil.Process()
+    mine = {me.pid, *(c.pid for c in me.children(recursive=True))}
+    with contextlib.suppress(psutil.Error):
+        mine |= {p.pid for p in me.parents()}  # the shell or test runner that started us
+    if engine_pgid:
+        mine |= {engine_pgid, *group_members(engine_pgid)}
+    return mine
+
+
+def processes(exclude: set[int]) -> list[ProcessUse]:
+    """Every other process's CPU use since the previous reading, busiest first."""
+    out = []
+    for proc in psutil.process_iter(["name"]):
+        if proc.pid in exclude:
+            continue
+        with contextlib.suppress(psutil.Error):
+            share = proc.cpu_percent(None) / 100.0
+            if share > 0:
+                out.append(ProcessUse(pid=proc.pid, name=str(proc.info["name"]),
+                                      cpu_cores=round(share, 3)))
+    return sorted(out, key=lambda p: -p.cpu_cores)
+
+
+def _gpus(engine: set[int]) -> list[GpuReading]:
     try:
         import pynvml
     except ImportError:
@@ -59,32 +92,51 @@ def _gpus() -> list[GpuReading]:
     gpus = []
     try:
         for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            gpus.append(GpuReading(
-                index=i,
-                name=pynvml.nvmlDeviceGetName(h),
-                memory_used_mb=int(mem.used) // 2**20,
-                memory_total_mb=int(mem.total) // 2**20,
-                temperature_c=pynvml.nvmlDeviceGetTemperature(h, 0),
-                utilization_pct=pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
-                sm_clock_mhz=pynvml.nvmlDeviceGetClockInfo(h, 1),
-            ))
+            gpus.append(_gpu(pynvml, i, engine))
     finally:
         pynvml.nvmlShutdown()
     return gpus
 
 
-def read_conditions() -> Conditions:
-    mem = _meminfo()
+def _gpu(nvml: Any, index: int, engine: set[int]) -> GpuReading:
+    h = nvml.nvmlDeviceGetHandleByIndex(index)
+    mem = nvml.nvmlDeviceGetMemoryInfo(h)
+    reasons = None
+    with contextlib.suppress(nvml.NVMLError):
+        mask = nvml.nvmlDeviceGetCurrentClocksEventReasons(h)
+        reasons = [words for name, words in THROTTLES.items()
+                   if mask & getattr(nvml, f"nvmlClocksEventReason{name}", 0)]
+    power = None
+    with contextlib.suppress(nvml.NVMLError):
+        power = round(nvml.nvmlDeviceGetPowerUsage(h) / 1000, 1)
+    compute = [p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(h)]
+    return GpuReading(
+        index=index, name=nvml.nvmlDeviceGetName(h),
+        memory_used_mb=int(mem.used) // 2**20, memory_total_mb=int(mem.total) // 2**20,
+        temperature_c=nvml.nvmlDeviceGetTemperature(h, 0),
+        utilization_pct=nvml.nvmlDeviceGetUtilizationRates(h).gpu,
+        sm_clock_mhz=nvml.nvmlDeviceGetClockInfo(h, 1),
+        mem_clock_mhz=nvml.nvmlDeviceGetClockInfo(h, 2), power_w=power, throttle=reasons,
+        compute_pids=compute, foreign_pids=[pid for pid in compute if pid not in engine])
+
+
+def gpu_models() -> list[str]:
+    return sorted(g.name for g in _gpus(set()))
+
+
+def read_conditions(engine_pgid: int | None = None) -> Conditions:
+    mem = psutil.virtual_memory()
+    exclude = ours(engine_pgid)
+    others = processes(exclude)
+    freq = None
+    with contextlib.suppress(Exception):
+        current = psutil.cpu_freq()
+        freq = round(current.current, 1) if current else None
+    engine = set(group_members(engine_pgid)) | {engine_pgid} if engine_pgid else set()
     return Conditions(
-        time=time.time(),
-        cpu_model=_cpu_model(),
-        cpu_count=os.cpu_count() or 0,
-        loadavg=os.getloadavg(),
-        mem_total_mb=mem.get("MemTotal"),
-        mem_available_mb=mem.get("MemAvailable"),
-        python=platform.python_version(),
-        packages=_packages(),
-        gpus=_gpus(),
-    )
+        time=time.time(), host=socket.gethostname(), cpu_model=_cpu_model(),
+        cpu_count=os.cpu_count() or 0, loadavg=os.getloadavg(), cpu_freq_mhz=freq,
+        mem_total_mb=mem.total // 2**20, mem_available_mb=mem.available // 2**20,
+        python=platform.python_version(), packages=_packages(), gpus=_gpus(engine),
+        engine_pids=sorted(engine),
+        foreign_cpu_cores=round(sum(p.cpu_cores for p in others), 3), foreign=others[:TOP])

@@ -10,6 +10,7 @@
     │   ├── SchemaVersionError     a file written by an unknown schema version
     │   └── PlanMismatchError      a run directory locked under another plan
     ├── IntegrityError             exit 1: `verify` found files that changed
+    ├── BusyMachineError           exit 3: the machine was not quiet for a cost load
     └── EngineError                an engine failed; the runner records these
         ├── EngineStartError       never became ready
         └── EngineRequestError     a request failed or its response was unusable
@@ -59,6 +60,10 @@ class PlanMismatchError(BundleError):
 
 class IntegrityError(ServediffError):
     exit_code = 1
+
+
+class BusyMachineError(ServediffError):
+    exit_code = 3
 
 
 class EngineError(ServediffError):

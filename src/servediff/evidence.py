@@ -33,6 +33,24 @@ class GpuReading(BaseModel):
     temperature_c: int | None = None
     utilization_pct: int | None = None
     sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    power_w: float | None = None
+    # clock reductions that slow a measurement (thermal, power, hardware); None: not read
+    throttle: list[str] | None = None
+    compute_pids: list[int] | None = None
+    # compute processes on this GPU that are not the engine's
+    foreign_pids: list[int] | None = None
+
+
+class ProcessUse(BaseModel):
+    """A process that is neither servediff nor the engine, and the CPU it used."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pid: int
+    name: str
+    # CPU seconds per second since the previous reading
+    cpu_cores: float
 
 
 class Conditions(Model):
@@ -47,6 +65,13 @@ class Conditions(Model):
     python: str
     packages: dict[str, str | None]
     gpus: list[GpuReading] = Field(default_factory=list)
+    # None in bundles written before these were read
+    host: str | None = None
+    cpu_freq_mhz: float | None = None
+    engine_pids: list[int] = Field(default_factory=list)
+    # CPU used by other processes since the previous reading (cores), the busiest of them
+    foreign_cpu_cores: float | None = None
+    foreign: list[ProcessUse] = Field(default_factory=list)
 
 
 class Record(Model):
@@ -190,6 +215,8 @@ class Cell(Model):
     wall_seconds: float
     engine_seconds: float
     conditions: Conditions
+    # read when the cell finished: what every other process did during it
+    conditions_after: Conditions | None = None
     records: list[Record]
     # concurrency probe: the groups, and the prompt ids per length
     groups: list[Group] = Field(default_factory=list)
@@ -250,6 +277,18 @@ class CacheDir(Model):
     removed: bool = False
 
 
+class Gate(Model):
+    """What the quiet-box check before this launch found (quiet.py)."""
+
+    quiet: bool
+    action: Literal["refuse", "mark"]
+    waited_s: float
+    reasons: list[str]
+    foreign_cpu_cores: float | None = None
+    loadavg: float | None = None
+    foreign: list[ProcessUse] = Field(default_factory=list)
+
+
 class Launch(Model):
     attempt: int
     command: list[str]
@@ -264,6 +303,11 @@ class Launch(Model):
     # The JIT and autotune caches it started with (see caches.py); None: not recorded.
     cache_policy: CachePolicy | None = None
     caches: list[CacheDir] = Field(default_factory=list)
+    # The quiet-box check before the launch (None: not gated).
+    gate: Gate | None = None
+    # The machine it ran on: host name and GPU models (None in older bundles).
+    machine: str | None = None
+    gpu_models: list[str] = Field(default_factory=list)
     # What the engine printed about its start-up (vLLM: engine_init_s,
     # compile_warmup_s, compile_cache).
     startup: dict[str, Any] = Field(default_factory=dict)

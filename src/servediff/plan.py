@@ -198,6 +198,23 @@ class ThresholdSpec(Strict):
     moved_abs_nll: Annotated[float, Field(ge=0)] = 0.0
 
 
+class QuietSpec(Strict):
+    """The quiet-box gate before a load (quiet.py): limits, how long to wait, what then."""
+
+    gate_cost: bool = True
+    gate_drift: bool = False
+    # CPU cores other processes may use, and the 1-minute load average per core
+    max_foreign_cpu: Annotated[float, Field(ge=0)] = 0.5
+    max_load_per_core: Annotated[float, Field(ge=0)] = 1.5
+    # GPU memory in use above what was in use before the run's first load
+    max_gpu_memory_mb: Annotated[int, Field(ge=0)] = 1024
+    # how long each look at the machine lasts, and how long to wait for it to be quiet
+    window_s: Annotated[float, Field(gt=0, le=60)] = 3.0
+    wait_s: Annotated[float, Field(ge=0)] = 300.0
+    # "refuse": stop with a one-line reason, cells kept; "mark": go on, claims marked busy
+    action: Literal["refuse", "mark"] = "refuse"
+
+
 class ScrubSpec(Strict):
     """Hosts the scrubber keeps verbatim (beyond its public allowlist) or always replaces."""
 
@@ -257,6 +274,10 @@ class Plan(Strict):
     thresholds: ThresholdSpec = ThresholdSpec()
     launch: LaunchSpec = LaunchSpec()
     scrub: ScrubSpec = ScrubSpec()
+    quiet: QuietSpec = QuietSpec()
+    # Cells of one comparison come from one machine; true lets a run resume on another
+    # (both hosts are then named beside the numbers).
+    cross_machine: bool = False
 
     @field_validator("arms")
     @classmethod

@@ -12,17 +12,19 @@ in tests. The runner never prints: it reports to an `Observer`.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from servediff import models
 from servediff.bundle import Layout, exclusive, read_record, write_lock, write_manifest
+from servediff.conditions import gpu_models
 from servediff.corpus import Corpus
 from servediff.engines import registry
 from servediff.engines.base import EngineAdapter
 from servediff.engines.process import EngineProcess, Launcher, stop_stale
-from servediff.errors import EngineError, OutputDirError
+from servediff.errors import BundleError, EngineError, OutputDirError
 from servediff.evidence import Cell, LoadRecord, Phase
 from servediff.plan import Plan, lock
 from servediff.probes import BY_NAME, cells_of_load
@@ -94,10 +96,26 @@ class Runner:
                 room.write_load(record)
         write_manifest(self.layout.root)
 
+    def one_room(self) -> None:
+        """Every comparison is measured in one room: a run started on another machine (or
+        another GPU model) is not continued here unless the plan says cross_machine."""
+        here = (socket.gethostname(), tuple(gpu_models()))
+        seen = {(x.machine, tuple(x.gpu_models))
+                for path in sorted((self.layout.root / "loads").glob("*.json"))
+                for x in read_record(path, LoadRecord).launches if x.machine is not None}
+        if seen and here not in seen and not self.room.plan.cross_machine:
+            there = ", ".join(f"{m} ({', '.join(g) or 'no GPU'})" for m, g in sorted(seen))
+            raise BundleError(
+                f"{self.layout.root}: its loads were measured on {there}; this machine is "
+                f"{here[0]} ({', '.join(here[1]) or 'no GPU'}). A comparison is measured in "
+                "one room: resume it there, or set cross_machine = true in the plan (both "
+                "machines are then named in the report)")
+
     def _run(self) -> None:
         room = self.room
         self.reap()
         write_lock(self.layout.root, lock(room.plan, room.corpus))
+        self.one_room()
         pending = [(arm, load, phase, todo) for arm, load, phase in schedule(room.plan)
                    if (todo := self.missing(cells_of_load(room.plan, arm, load, phase)))]
         if not pending:

@@ -12,22 +12,23 @@ client factory, so that tests can run the whole schedule against a fake.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
 
-from servediff import atomic, caches
+from servediff import atomic, caches, quiet
 from servediff.bundle import Layout, read_record, write_manifest
-from servediff.conditions import read_conditions
+from servediff.conditions import gpu_models, read_conditions
 from servediff.corpus import Corpus
 from servediff.engines.activity import EngineActivity
 from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions
 from servediff.engines.process import EngineHandle, Launcher, free_port
 from servediff.engines.transport import EngineClient, Watch
 from servediff.errors import EngineError, EngineStartError
-from servediff.evidence import Cell, Launch, LoadRecord, Phase, Skipped, load_name
+from servediff.evidence import Cell, Gate, Launch, LoadRecord, Phase, Skipped, load_name
 from servediff.plan import Plan, arm_options, cache_policy
 from servediff.schedule import CellSpec
 
@@ -71,6 +72,18 @@ class Room:
     observer: Observer
     launcher: Launcher
     clients: ClientFactory = make_client
+    # GPU memory in use before the run's first load (quiet.py), read at the first gate
+    gpu_baseline: dict[int, int] | None = None
+
+    def gate(self, what: str, phase: Phase) -> Gate | None:
+        """The quiet-box check before a load of this phase, when the plan asks for one."""
+        spec = self.plan.quiet
+        if self.plan.base_url is not None or not (
+                spec.gate_cost if phase == "cost" else spec.gate_drift):
+            return None
+        if self.gpu_baseline is None:
+            self.gpu_baseline = quiet.baseline()
+        return quiet.gate(spec, self.gpu_baseline, what, self.observer.note)
 
     def load_record(self, arm: str, load: int, phase: Phase) -> LoadRecord:
         path = self.layout.load(load_name(arm, load, phase))
@@ -129,6 +142,7 @@ class LoadSession:
         """Start the engine cold (nothing for an external endpoint) and wait until ready;
         the launch record is written before and after."""
         plan, room = self.plan, self.room
+        gate = room.gate(f"{self.phase} load {self.load} of `{self.arm}`", self.phase)
         room.observer.load_starting(self.arm, self.load, len(self.record.launches) + 1,
                                     self.phase)
         t0 = time.monotonic()
@@ -137,7 +151,8 @@ class LoadSession:
         self.launch = Launch(attempt=attempt, options=options, host=HOST,
                              started_at=time.time(), command=[], env_diff={}, port=0, pid=0,
                              external=plan.base_url is not None,
-                             weights_sha256=self.model.weights_sha256)
+                             weights_sha256=self.model.weights_sha256, gate=gate,
+                             machine=socket.gethostname(), gpu_models=gpu_models())
         self.record.launches.append(self.launch)
         if plan.base_url is not None:
             self.url = plan.base_url.rstrip("/")
@@ -223,6 +238,8 @@ class LoadSession:
     def close(self) -> None:
         """Stop the engine for sure and record the stop; the load record is written even
         when the launch never got as far as a client."""
+        if not hasattr(self, "launch"):
+            return  # refused before anything started (the quiet-box gate)
         if self.client is not None:
             self.client.close()
         if self.proc is not None:
@@ -291,11 +308,12 @@ class LoadSession:
         return Cell(arm=spec.arm, load=spec.load, phase=spec.phase, probe=spec.probe,
                     repeat=spec.repeat, launch=self.launch.attempt, order=order or [],
                     started_at=time.time(), wall_seconds=0.0, engine_seconds=0.0,
-                    conditions=read_conditions(), records=[],
+                    conditions=read_conditions(self.launch.pgid), records=[],
                     context_length=self.context_length)
 
     def finish(self, cell: Cell, engine_seconds: float | None = None) -> None:
         """Close a cell's clock and write it."""
+        cell.conditions_after = read_conditions(self.launch.pgid)
         cell.wall_seconds = round(time.time() - cell.started_at, 6)
         cell.engine_seconds = round(cell.wall_seconds if engine_seconds is None
                                     else engine_seconds, 6)

@@ -68,6 +68,10 @@ def probes_off(*names: str) -> str:
     return "".join(f"[probes.{name}]\nenabled = false\n" for name in names)
 
 
+# Cost loads on a machine the tests do not control (CI runs them beside other work): the
+# quiet-box gate looks, does not wait, and marks instead of refusing.
+MARK_BUSY = '[quiet]\naction = "mark"\nwait_s = 0\nwindow_s = 1\n'
+
 # Drift scoring only: every other probe off. Tests that want one put it back.
 CONC_OFF = probes_off("concurrency")
 DRIFT_ONLY = probes_off("concurrency", "generate") + probes_off("speed", "sweep", "prefix")

@@ -17,7 +17,13 @@ import pytest
 
 from servediff.packet import schema
 from tests.integration.browser import render
-from tests.integration.engines import assert_all_stopped, claims, run_plan, servediff
+from tests.integration.engines import (
+    MARK_BUSY,
+    assert_all_stopped,
+    claims,
+    run_plan,
+    servediff,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -37,6 +43,7 @@ def plan(binary: Path) -> str:
         "[probes.speed]\nprompt_tokens = [64, 256]\nmax_tokens = 8\nreplicates = 3\n"
         "[probes.sweep]\nstart = 256\nlevels = [1, 2]\n"
         "[probes.prefix]\nprefix_tokens = 300\nquestion_tokens = 16\nrequests = 3\n"
+        + MARK_BUSY
     )
 
 

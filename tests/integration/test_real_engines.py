@@ -22,6 +22,7 @@ from tests.integration.engines import (
     CONC_OFF,
     CONCURRENCY,
     DRIFT_ONLY,
+    MARK_BUSY,
     TAGS,
     assert_all_stopped,
     check_concurrency_table,
@@ -223,7 +224,8 @@ def test_vllm_concurrency_grid(tmp_path: Path, vllm_python: Path):
 # sweep that reaches the context length and goes past it.
 COST = ("[probes.speed]\nprompt_tokens = [128]\nmax_tokens = 8\nreplicates = 3\n"
         "[probes.sweep]\nstart = 256\nlevels = [1, 2]\nrequest_timeout_s = 300\n"
-        "[probes.prefix]\nprefix_tokens = 400\nquestion_tokens = 16\nrequests = 3\n")
+        "[probes.prefix]\nprefix_tokens = 400\nquestion_tokens = 16\nrequests = 3\n"
+        + MARK_BUSY)
 
 
 def check_sweep(run: Path, arm: str, context: int) -> dict:

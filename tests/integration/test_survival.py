@@ -20,7 +20,13 @@ from pathlib import Path
 import pytest
 
 from servediff.report.costs import OUTCOME_MARK
-from tests.integration.engines import assert_all_stopped, claims, probes_off, servediff
+from tests.integration.engines import (
+    MARK_BUSY,
+    assert_all_stopped,
+    claims,
+    probes_off,
+    servediff,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +66,7 @@ levels = [1, 2]
 request_timeout_s = 8
 [probes.prefix]
 prefix_tokens = 600
-""" + probes_off("concurrency", "generate")
+""" + probes_off("concurrency", "generate") + MARK_BUSY
 
 
 @pytest.fixture(scope="module")

@@ -40,7 +40,8 @@ from servediff.analysis.findings import (
 )
 from servediff.analysis.stats import stable
 from servediff.bundle import Evidence, Layout
-from servediff.evidence import Cell, SweepPoint
+from servediff.evidence import Cell, Launch, SweepPoint
+from servediff.plan import QuietSpec
 
 SEED = 20261130
 RESAMPLES = 4000
@@ -87,21 +88,55 @@ def _stats(values: list[float]) -> MetricStats:
                        band95=band(values), monotone_drift=monotone(values))
 
 
-def speed_arm(cells: Sequence[Cell]) -> Speed | None:
+def busy_reasons(cell: Cell, launch: Launch | None, spec: QuietSpec) -> list[str]:
+    """Why a cell counts as measured on a busy machine: its launch's gate found the box
+    busy and the plan said mark, or around the cell other processes used more CPU than
+    the plan allows, a GPU ran someone else's compute, or its clocks were held down."""
+    out = []
+    if launch is not None and launch.gate is not None and not launch.gate.quiet:
+        out.append(f"the gate before the load found: {launch.gate.reasons[0]}")
+    for when, c in (("before", cell.conditions), ("after", cell.conditions_after)):
+        if c is None:
+            continue
+        if c.foreign_cpu_cores is not None and c.foreign_cpu_cores > spec.max_foreign_cpu:
+            out.append(f"{when}: other processes used {c.foreign_cpu_cores:.2f} CPU cores")
+        for g in c.gpus:
+            if g.foreign_pids:
+                out.append(f"{when}: GPU {g.index} ran other compute processes")
+            if g.throttle:
+                out.append(f"{when}: GPU {g.index} clocks held down ({', '.join(g.throttle)})")
+    return out
+
+
+def launches_by_cell(evidence: Evidence) -> dict[tuple[str, int, str, int], Launch]:
+    """(arm, load, phase, attempt) -> the launch record."""
+    return {(rec.arm, rec.load, rec.phase, x.attempt): x
+            for rec in evidence.loads for x in rec.launches}
+
+
+def speed_arm(cells: Sequence[Cell], launches: Mapping[tuple[str, int, str, int], Launch]
+              | None = None, spec: QuietSpec | None = None) -> Speed | None:
     mine = sorted((c for c in cells if c.probe == "speed"), key=lambda c: c.started_at)
     if not mine:
         return None
+    spec = spec or QuietSpec()
+    busy = {Layout.cell_ref(c.name): why for c in mine
+            if (why := busy_reasons(c, (launches or {}).get(
+                (c.arm, c.load, c.phase, c.launch)), spec))}
     per_length = []
     for length in sorted({s.prompt_tokens for c in mine for s in c.speed}):
         rows = [(c, s) for c in mine for s in c.speed
                 if s.prompt_tokens == length and not s.warmup and s.status == "ok"]
+        refs = sorted({Layout.cell_ref(c.name) for c, _ in rows})
+        stats = {m: _stats([v for _, s in rows if (v := getattr(s, m)) is not None])
+                 for m in METRICS}
         per_length.append(SpeedAtLength(
             prompt_tokens=length, replicates=len(rows),
             errors=sum(s.status == "error" for c in mine for s in c.speed
                        if s.prompt_tokens == length),
-            cells=sorted({Layout.cell_ref(c.name) for c, _ in rows}),
-            **{m: _stats([v for _, s in rows if (v := getattr(s, m)) is not None])
-               for m in METRICS}))
+            cells=refs, busy={ref: busy[ref] for ref in refs if ref in busy},
+            decode_tok_s=stats["decode_tok_s"], prefill_tok_s=stats["prefill_tok_s"],
+            ttft_s=stats["ttft_s"]))
     skipped = {(x.length, x.reason): x for c in mine for x in c.skipped}
     return Speed(per_length=per_length,
                  monotone_drift=[Trend(prompt_tokens=e.prompt_tokens, metric=m)
@@ -136,8 +171,31 @@ def speed_compare(a: Speed | None, b: Speed | None) -> list[SpeedComparison]:
                 prompt_tokens=eb.prompt_tokens, metric=metric, verdict=verdict, mean_a=mean_a,
                 mean_b=eb.metric(metric).mean, difference=diff, difference_band95=interval,
                 relative=diff / mean_a if diff is not None and mean_a else None,
-                replicates=[len(xa), len(xb)], cells=[*ea.cells, *eb.cells]))
+                replicates=[len(xa), len(xb)], cells=[*ea.cells, *eb.cells],
+                busy=sorted({*ea.busy, *eb.busy})))
     return out
+
+
+def order_effect(a: Sequence[Cell], b: Sequence[Cell], length: int, metric: Metric
+                 ) -> tuple[float, float] | None:
+    """(arm b - arm a, first half - second half of the cost loads in run order) of the
+    mean per cost load; None with fewer than two cost loads per arm."""
+    loads = []
+    for arm, cells in (("a", a), ("b", b)):
+        for c in cells:
+            values = [v for s in c.speed if s.prompt_tokens == length and not s.warmup
+                      and s.status == "ok" and (v := getattr(s, metric)) is not None]
+            if values:
+                loads.append((c.started_at, arm, statistics.fmean(values)))
+    if sum(x[1] == "a" for x in loads) < 2 or sum(x[1] == "b" for x in loads) < 2:
+        return None
+    loads.sort()
+    half = len(loads) // 2
+    arm_diff = (statistics.fmean(v for _, arm, v in loads if arm == "b")
+                - statistics.fmean(v for _, arm, v in loads if arm == "a"))
+    order_diff = (statistics.fmean(v for *_, v in loads[:half])
+                  - statistics.fmean(v for *_, v in loads[len(loads) - half:]))
+    return arm_diff, order_diff
 
 
 def survival_arm(cells: Sequence[Cell], partial: Sequence[Cell]) -> Survival | None:
@@ -251,21 +309,41 @@ def startup_compare(a: Startup, b: Startup) -> StartupComparison | None:
 def summarize_costs(evidence: Evidence, by_arm: Mapping[str, list[Cell]]
                     ) -> dict[str, ArmCosts]:
     partial = {arm: [c for c in evidence.partial if c.arm == arm] for arm in evidence.arms}
-    return {arm: ArmCosts(speed=speed_arm(by_arm[arm]),
+    launches = launches_by_cell(evidence)
+    return {arm: ArmCosts(speed=speed_arm(by_arm[arm], launches, evidence.plan.quiet),
                           survival=survival_arm(by_arm[arm], partial[arm]),
                           capacity=capacity_arm(evidence, arm), prefix=prefix_arm(by_arm[arm]),
                           startup=startup_arm(evidence, arm)) for arm in evidence.arms}
 
 
-def compare_arms(costs: Mapping[str, ArmCosts], baseline: str) -> list[CostComparison]:
-    """Every other arm against the baseline: speed per length and metric, start-up."""
+def compare_arms(costs: Mapping[str, ArmCosts], baseline: str,
+                 by_arm: Mapping[str, list[Cell]] | None = None) -> list[CostComparison]:
+    """Every other arm against the baseline: speed per length and metric (with whether the
+    difference follows run order rather than arm), start-up."""
     base = costs[baseline]
-    return [CostComparison(baseline=baseline, arm=arm,
-                           speed=speed_compare(base.speed, c.speed),
-                           startup=startup_compare(base.startup, c.startup),
-                           starts=[len(base.startup.seconds_to_ready),
-                                   len(c.startup.seconds_to_ready)])
-            for arm, c in costs.items() if arm != baseline]
+    out = []
+    for arm, c in costs.items():
+        if arm == baseline:
+            continue
+        speed = speed_compare(base.speed, c.speed)
+        if by_arm is not None:
+            a = [x for x in by_arm[baseline] if x.probe == "speed"]
+            b = [x for x in by_arm[arm] if x.probe == "speed"]
+            speed = [_with_order(row, order_effect(a, b, row.prompt_tokens, row.metric))
+                     for row in speed]
+        out.append(CostComparison(baseline=baseline, arm=arm, speed=speed,
+                                  startup=startup_compare(base.startup, c.startup),
+                                  starts=[len(base.startup.seconds_to_ready),
+                                          len(c.startup.seconds_to_ready)]))
+    return out
+
+
+def _with_order(row: SpeedComparison, effect: tuple[float, float] | None) -> SpeedComparison:
+    if effect is None:
+        return row
+    arm_diff, order_diff = effect
+    return row.model_copy(update={"order_difference": stable(order_diff),
+                                  "follows_order": abs(order_diff) > abs(arm_diff)})
 
 
 def cost_gaps(costs: Mapping[str, ArmCosts], comparisons: list[CostComparison],

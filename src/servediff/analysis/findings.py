@@ -320,6 +320,9 @@ class SpeedAtLength(Finding):
     replicates: int
     errors: int
     cells: list[str]
+    # the cells measured on a busy machine (a gate that marked, or other processes using
+    # CPU or the GPU while the cell ran), with why
+    busy: dict[str, list[str]] = Field(default_factory=dict)
     decode_tok_s: MetricStats
     prefill_tok_s: MetricStats
     ttft_s: MetricStats
@@ -442,6 +445,12 @@ class SpeedComparison(Finding):
     relative: float | None
     replicates: list[int]
     cells: list[str]
+    # cells behind it that were measured on a busy machine: then it is no cost claim
+    busy: list[str] = Field(default_factory=list)
+    # the difference follows run order more than arm (first half vs second half of the
+    # cost loads in the order they ran, against arm b vs arm a)
+    order_difference: float | None = None
+    follows_order: bool = False
 
 
 class StartupComparison(Finding):
@@ -490,6 +499,9 @@ class SignatureClaim(Finding):
 
 
 class SpeedClaim(Finding):
+    """A speed or TTFT comparison; measured on a busy machine or following run order, it
+    is a note whatever its size."""
+
     topic: Literal["speed"] = "speed"
     kind: ClaimKind
     evidence: list[str]
@@ -684,6 +696,20 @@ class ArmSetup(Finding):
     startup: list[dict[str, JsonValue]] = Field(default_factory=list)
 
 
+class ArmConditions(Finding):
+    """What the box was doing while an arm's cells ran (before and after each)."""
+
+    machines: list[str]
+    foreign_cpu_cores_max: float | None
+    loadavg_max: float | None
+    gpu_sm_clock_mhz: list[int]
+    gpu_temperature_c_max: int | None
+    throttled_cells: int
+    busy_cells: int
+    gates: int
+    gates_not_quiet: int
+
+
 class Setup(Finding):
     corpus: CorpusSetup
     prefix: str | int
@@ -720,5 +746,6 @@ class Summary(Finding):
     gaps: list[Gap]
     costs: dict[str, ArmCosts]
     comparisons: list[CostComparison]
+    conditions: dict[str, ArmConditions] = Field(default_factory=dict)
     untested: dict[str, Untested]
     verdict: Verdict

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from servediff.analysis import cost, drift, generation, stats, verdict
-from servediff.analysis.findings import ArmCosts, ArmDrift, Summary, Untested
+from servediff.analysis.findings import ArmConditions, ArmCosts, ArmDrift, Summary, Untested
 from servediff.bundle import Evidence
+from servediff.evidence import Cell
 from servediff.plan import Plan
 
 # Probes servediff defines; the ones a run did not measure are listed as not tested.
@@ -44,12 +45,43 @@ def untested(plan: Plan, arms: Mapping[str, ArmDrift], costs: Mapping[str, ArmCo
     return out
 
 
+def conditions(evidence: Evidence, by_arm: Mapping[str, list[Cell]]
+               ) -> dict[str, ArmConditions]:
+    """What the box was doing around each arm's cells, read before and after each."""
+    launches = cost.launches_by_cell(evidence)
+    out = {}
+    for arm in evidence.arms:
+        cells = by_arm[arm]
+        readings = [c for cell in cells for c in (cell.conditions, cell.conditions_after) if c]
+        foreign = [c.foreign_cpu_cores for c in readings if c.foreign_cpu_cores is not None]
+        gpus = [g for c in readings for g in c.gpus]
+        gates = [x.gate for rec in evidence.loads if rec.arm == arm for x in rec.launches
+                 if x.gate is not None]
+        out[arm] = ArmConditions(
+            machines=sorted({f"{x.machine} ({', '.join(x.gpu_models) or 'no GPU'})"
+                             for rec in evidence.loads if rec.arm == arm
+                             for x in rec.launches if x.machine}),
+            foreign_cpu_cores_max=max(foreign) if foreign else None,
+            loadavg_max=max((c.loadavg[0] for c in readings), default=None),
+            gpu_sm_clock_mhz=sorted({g.sm_clock_mhz for g in gpus if g.sm_clock_mhz}),
+            gpu_temperature_c_max=max((g.temperature_c for g in gpus
+                                       if g.temperature_c is not None), default=None),
+            throttled_cells=sum(any(g.throttle for c in (cell.conditions,
+                                                         cell.conditions_after) if c
+                                    for g in c.gpus) for cell in cells),
+            busy_cells=sum(bool(cost.busy_reasons(
+                cell, launches.get((cell.arm, cell.load, cell.phase, cell.launch)),
+                evidence.plan.quiet)) for cell in cells),
+            gates=len(gates), gates_not_quiet=sum(not g.quiet for g in gates))
+    return out
+
+
 def summarize(evidence: Evidence) -> Summary:
     plan = evidence.plan
     by_arm = drift.cells_by_arm(evidence)
     arms = drift.analyse_arms(evidence, by_arm)
     costs = cost.summarize_costs(evidence, by_arm)
-    comparisons = cost.compare_arms(costs, evidence.arms[0])
+    comparisons = cost.compare_arms(costs, evidence.arms[0], by_arm)
     missing = untested(plan, arms, costs)
     return Summary(
         plan_sha256=evidence.locked.sha256, engine=plan.engine, model=plan.model,
@@ -63,5 +95,6 @@ def summarize(evidence: Evidence) -> Summary:
         error_rows=sum(a.error_rows for a in arms.values()), setup=drift.setup(evidence),
         detectable_rate=stats.detectable_rate(len(evidence.locked.corpus.texts)),
         gaps=[*drift.drift_gaps(evidence, arms), *cost.cost_gaps(costs, comparisons, evidence)],
-        costs=costs, comparisons=comparisons, untested=missing,
+        costs=costs, comparisons=comparisons, conditions=conditions(evidence, by_arm),
+        untested=missing,
         verdict=verdict.verdict(plan, evidence.arms, arms, costs, comparisons, missing))

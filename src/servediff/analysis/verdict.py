@@ -57,6 +57,8 @@ def speed_claims(comparison: CostComparison, costs: Mapping[str, ArmCosts]) -> l
     out: list[Claim] = []
     for row in comparison.speed:
         kind: ClaimKind = "note" if row.verdict == "not enough replicates" else row.verdict
+        if row.busy:
+            kind = "note"  # measured on a busy machine: never a plain cost or gain
         out.append(SpeedClaim(kind=kind, evidence=row.cells, baseline=a, arm=b, comparison=row))
     for arm in (a, b):
         speed = costs[arm].speed

@@ -18,12 +18,14 @@ left of them (runner.py), recording "stopped at resume".
 
 When the engine ends on its own, this process ends the same way: with the
 engine's exit code, or killed by the same signal, so the load record says
-how the engine died.
+how the engine died. And when this process is killed, the kernel kills the
+engine it started (PR_SET_PDEATHSIG with SIGKILL on it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import resource
 import signal
@@ -36,6 +38,11 @@ from servediff.engines.groups import group_members
 
 GRACE_S = 10.0
 POLL_S = 0.2
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _kill_others(sig: signal.Signals) -> None:
@@ -61,7 +68,8 @@ def main(argv: list[str]) -> None:
     if len(argv) < 2 or argv[0] != "--":
         sys.exit("usage: python -m servediff.engines.supervise -- COMMAND [ARG...]")
     try:
-        child = subprocess.Popen(argv[1:])
+        # The engine dies with this process too, however this one ends (even SIGKILL).
+        child = subprocess.Popen(argv[1:], preexec_fn=_die_with_parent)
     except OSError as exc:
         sys.stderr.write(f"servediff: cannot start {argv[1]!r}: {exc.strerror or exc}\n")
         sys.exit(127)

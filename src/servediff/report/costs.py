@@ -21,11 +21,11 @@ def verdict_lines(summary: Summary) -> list[str]:
         if fix := words.fix_text(pair):
             lines += [fix + ".", ""]
         for c in pair.claims:
-            if c.kind in ("cost", "gain", "within noise", "drift"):
+            if kind := words.shown_kind(c):
                 regime = words.claim_regime(c)
                 where = f" _(covers: {regime})_" if regime else ""
                 refs = f" [{', '.join(c.evidence[:4])}]" if c.evidence else ""
-                lines.append(f"- {c.kind}: {words.claim_text(c)}{where}{refs}")
+                lines.append(f"- {kind}: {words.claim_text(c)}{where}{refs}")
         lines.append("")
     return lines
 
@@ -125,6 +125,29 @@ def prefix_lines(costs: dict[str, ArmCosts]) -> list[str]:
     return [*lines, ""]
 
 
+def conditions_lines(summary: Summary) -> list[str]:
+    """What the box was doing per arm, shown where the arms differ (or a cell was busy)."""
+    rows = summary.conditions
+    if not rows:
+        return []
+    shown = {arm: (c.machines, c.gpu_sm_clock_mhz, c.busy_cells > 0, c.throttled_cells > 0)
+             for arm, c in rows.items()}
+    busy = any(c.busy_cells or c.gates_not_quiet for c in rows.values())
+    if len(set(map(str, shown.values()))) <= 1 and not busy:
+        return []
+    lines = ["Conditions per arm (read before and after every cell; other processes are "
+             "everything but servediff and the engine):", "",
+             "| arm | machine | other processes, CPU cores (max) | load average (max) | "
+             "GPU SM clocks MHz | cells throttled | cells busy | gates not quiet |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for arm, c in rows.items():
+        lines.append(f"| `{arm}` | {', '.join(c.machines) or '-'} | "
+                     f"{_n(c.foreign_cpu_cores_max)} | {_n(c.loadavg_max)} | "
+                     f"{', '.join(str(x) for x in c.gpu_sm_clock_mhz) or '-'} | "
+                     f"{c.throttled_cells} | {c.busy_cells} | {c.gates_not_quiet} of {c.gates} |")
+    return [*lines, ""]
+
+
 def cost_lines(summary: Summary) -> list[str]:
     costs = summary.costs
     if not costs:
@@ -133,6 +156,7 @@ def cost_lines(summary: Summary) -> list[str]:
     for arm, c in costs.items():
         if c.speed:
             lines += speed_lines(arm, c.speed)
+    lines += conditions_lines(summary)
     lines += survival_lines(summary)
     lines += capacity_lines(costs)
     lines += prefix_lines(costs)

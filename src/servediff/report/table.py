@@ -131,8 +131,8 @@ def verdict_tables(summary: Summary) -> list[Table]:
         table.add_column("kind", no_wrap=True)
         table.add_column("claim")
         for c in pair.claims:
-            if c.kind in ("cost", "gain", "within noise", "drift", "survival"):
-                table.add_row(c.kind, words.claim_text(c))
+            if kind := words.shown_kind(c) or (c.kind if c.kind == "survival" else None):
+                table.add_row(kind, words.claim_text(c))
         tables.append(table)
     return tables
 

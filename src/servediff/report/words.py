@@ -198,9 +198,17 @@ def _speed_text(c: SpeedClaim) -> str:
     rel = "" if row.relative is None else f" ({row.relative:+.1%})"
     band = f"95 % band of the difference [{n3(lo)}, {n3(hi)}]"
     size = f"`{c.arm}` {n3(row.mean_b)} vs `{c.baseline}` {n3(row.mean_a)}{rel}"
-    if row.verdict == "within noise":
-        return f"{where}: {size}, within noise ({band})"
-    return f"{where}: {size}, a {row.verdict} outside the noise ({band})"
+    if row.busy:
+        text = (f"{where}: {size}, measured on a busy machine ({len(row.busy)} of its cells, "
+                f"e.g. {row.busy[0]}): not a cost or a gain; measure again on a quiet one")
+    elif row.verdict == "within noise":
+        text = f"{where}: {size}, within noise ({band})"
+    else:
+        text = f"{where}: {size}, a {row.verdict} outside the noise ({band})"
+    if row.follows_order and row.order_difference is not None:
+        text += (f"; the difference follows run order more than arm (cost loads that ran "
+                 f"first minus those that ran last: {n3(row.order_difference)})")
+    return text
 
 
 def _capacity_text(c: CapacityClaim) -> str:
@@ -268,6 +276,17 @@ def claim_text(c: Claim) -> str:
     if isinstance(c, PrefixClaim):
         return _prefix_text(c)
     return _startup_text(c)
+
+
+SHOWN = ("cost", "gain", "within noise", "drift")
+
+
+def shown_kind(c: Claim) -> str | None:
+    """The label a claim is listed under in the report's verdict, or None (not listed):
+    costs, gains, within noise, drift; and speed measured on a busy machine."""
+    if isinstance(c, SpeedClaim) and c.comparison.busy:
+        return "busy machine"
+    return c.kind if c.kind in SHOWN else None
 
 
 def claim_regime(c: Claim) -> str:

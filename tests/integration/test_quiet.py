@@ -1,0 +1,86 @@
+"""The quiet box: a busy machine refuses a cost load, or marks its claims; it never yields a cost.
+
+A busy process, started by this test beside a real run of the embedded
+engine, uses a whole CPU core. The gate before the first cost load must see
+it: by default servediff refuses with a one-line reason (exit 3) and keeps
+the drift cells already measured; with `quiet.action = "mark"` the run goes
+on and every speed claim says it was measured on a busy machine. (That a
+quiet machine gives an ordinary verdict is checked on fixture bundles in
+tests/unit/test_quiet.py: the machine that runs these tests is not quiet.)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.engines import probes_off, servediff, summary_of
+
+pytestmark = pytest.mark.integration
+
+PLAN = """
+engine = "transformers"
+model = "smollm2"
+loads_per_arm = 1
+cost_loads_per_arm = 2
+[engine_options]
+device = "cpu"
+max_model_len = 1024
+[arms.sdpa]
+options = { attn_implementation = "sdpa" }
+[arms.eager]
+options = { attn_implementation = "eager" }
+[corpus]
+tags = ["json-event"]
+[probes.repeat]
+count = 0
+[probes.speed]
+prompt_tokens = [128]
+max_tokens = 8
+replicates = 3
+[quiet]
+window_s = 2
+wait_s = 3
+max_foreign_cpu = 0.5
+""" + probes_off("concurrency", "generate", "sweep", "prefix")
+
+
+@pytest.fixture()
+def busy() -> Iterator[None]:
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        hog.kill()
+        hog.wait()
+
+
+def test_a_busy_machine_refuses_the_cost_load_and_keeps_the_cells(tmp_path: Path, busy: None):
+    (tmp_path / "plan.toml").write_text(PLAN)
+    done = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr[-2000:]
+    error = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(error) == 1 and "not quiet enough for cost load 1" in error[0]
+    assert "other processes use" in error[0] and "python" in error[0]
+    # the drift loads ran (the gate is for cost loads) and their cells are kept
+    cells = sorted(p.stem for p in (tmp_path / "run" / "cells").glob("*.json"))
+    assert cells == ["eager-load1-score", "sdpa-load1-score"]
+    assert not list((tmp_path / "run" / "loads").glob("*-cost*.json"))
+
+
+def test_mark_mode_goes_on_and_no_speed_claim_is_a_cost(tmp_path: Path, busy: None):
+    (tmp_path / "plan.toml").write_text(PLAN.replace("wait_s = 3", 'wait_s = 3\naction = "mark"'))
+    done = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = summary_of(tmp_path / "run")
+    (pair,) = summary.verdict.pairs
+    speed = [c for c in pair.claims if c.topic == "speed"]
+    assert speed and all(c.kind == "note" and c.comparison.busy for c in speed)
+    assert summary.conditions["eager"].gates_not_quiet == 2
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "measured on a busy machine" in report
+    assert "Conditions per arm" in report
