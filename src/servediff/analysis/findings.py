@@ -499,8 +499,8 @@ class SignatureClaim(Finding):
 
 
 class SpeedClaim(Finding):
-    """A speed or TTFT comparison; measured on a busy machine or following run order, it
-    is a note whatever its size."""
+    """A speed or TTFT comparison; measured on a busy machine it is a note whatever its
+    size (one that follows run order keeps its kind and says so)."""
 
     topic: Literal["speed"] = "speed"
     kind: ClaimKind
