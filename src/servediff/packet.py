@@ -15,7 +15,7 @@ import json
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import jsonschema
 from pydantic import BaseModel, ConfigDict, JsonValue
@@ -147,9 +147,9 @@ EVIDENCE_STATUS = "contributor-measured, conditions as reported"
 MUTABLE = {"main", "master", "latest", "head", "dev", "nightly", "stable", "default"}
 
 
-def schema() -> dict[str, Any]:
+def schema() -> dict[str, JsonValue]:
     text = resources.files("servediff.schemas").joinpath("evidence-packet-1.0.json").read_text()
-    loaded: dict[str, Any] = json.loads(text)
+    loaded: dict[str, JsonValue] = json.loads(text)
     return loaded
 
 
