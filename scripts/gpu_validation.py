@@ -3,6 +3,7 @@
     python3 scripts/gpu_validation.py transformers --out DIR [--budget S] [--device cuda]
     python3 scripts/gpu_validation.py llama --out DIR [--budget S]
     python3 scripts/gpu_validation.py compile --out DIR [--budget S]
+    python3 scripts/gpu_validation.py quiet --out DIR [--budget S]
 
 Run from the repository root on the GPU machine, with servediff importable
 (PYTHONPATH=src and its dependencies; docs/validation/README.md says how they
@@ -181,6 +182,47 @@ def compile_plans(device: str) -> list[tuple[str, str]]:
     return [("h200-compile-caches", caches), ("h200-compile-1.7b-start", start)]
 
 
+# Another user's work on the GPU: a matmul loop in its own process, until killed.
+HOG = """
+import sys, time, torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+print("hog on the GPU", flush=True)
+while True:
+    for _ in range(50):
+        a = torch.tanh(a @ a)
+    torch.cuda.synchronize()
+"""
+
+
+def quiet_plans(device: str) -> list[tuple[str, str]]:
+    """The quiet box on a GPU: the same small cost plan on the quiet machine (default gate:
+    refuse), then with another process computing on the GPU (refused), then marked."""
+    model = make_model("135m", device=device)
+    plan = (
+        f'name = "NAME"\nengine = "transformers"\nmodel = "{model}"\nloads_per_arm = 1\n'
+        f"cost_loads_per_arm = 2\n[engine_options]\ndevice = \"{device}\"\n"
+        "[launch]\nstart_timeout_s = 300\n[corpus]\nmax_texts = 4\n"
+        '[arms.fp32]\noptions = { dtype = "float32" }\n'
+        '[arms.bf16]\noptions = { dtype = "bfloat16" }\n'
+        "[probes.repeat]\ncount = 0\n"
+        + "".join(f"[probes.{p}]\nenabled = false\n"
+                  for p in ("concurrency", "generate", "sweep", "prefix"))
+        + "[probes.speed]\nprompt_tokens = [512]\nreplicates = 3\n"
+        "[quiet]\nwait_s = WAIT\naction = \"ACTION\"\n")
+    return [(name, plan.replace("NAME", name).replace("WAIT", wait).replace("ACTION", action))
+            for name, wait, action in (("h200-quiet", "120", "refuse"),
+                                       ("h200-busy-refuse", "20", "refuse"),
+                                       ("h200-busy-mark", "10", "mark"))]
+
+
+def start_hog() -> subprocess.Popen[bytes]:
+    hog = subprocess.Popen([sys.executable, "-c", HOG], stdout=subprocess.PIPE)
+    assert hog.stdout is not None
+    print(hog.stdout.readline().decode().strip(), f"(pid {hog.pid})", flush=True)
+    time.sleep(5)
+    return hog
+
+
 def build_llama(deadline: float) -> Path:
     src_root = WORK / "llama-src"
     binary = WORK / "llama-build" / "bin" / "llama-server"
@@ -233,7 +275,7 @@ def llama_plans(deadline: float) -> list[tuple[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("part", choices=["transformers", "llama", "compile"])
+    parser.add_argument("part", choices=["transformers", "llama", "compile", "quiet"])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=540.0)
     parser.add_argument("--device", default="cuda")
@@ -246,14 +288,22 @@ def main() -> None:
     t0 = time.monotonic()
     plans = (transformers_plans(args.device, args.small) if args.part == "transformers"
              else compile_plans(args.device) if args.part == "compile"
+             else quiet_plans(args.device) if args.part == "quiet"
              else llama_plans(deadline))
     print(f"models ready after {time.monotonic() - t0:.0f} s", flush=True)
     budgets = dict(p.split("=") for p in args.plans or [])
-    for name, text in plans:
-        if budgets and name not in budgets:
-            continue
-        end = min(deadline, time.monotonic() + float(budgets[name])) if budgets else deadline
-        run_plan(name, text, end, args.out)
+    hog = None
+    try:
+        for name, text in plans:
+            if budgets and name not in budgets:
+                continue
+            if name.startswith("h200-busy") and hog is None:
+                hog = start_hog()
+            end = min(deadline, time.monotonic() + float(budgets[name])) if budgets else deadline
+            run_plan(name, text, end, args.out)
+    finally:
+        if hog is not None:
+            hog.kill()
 
 
 if __name__ == "__main__":

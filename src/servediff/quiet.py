@@ -21,6 +21,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import psutil
+
 from servediff.conditions import ours, processes, read_conditions
 from servediff.errors import BusyMachineError
 from servediff.evidence import Conditions, Gate
@@ -33,7 +35,18 @@ def look(spec: QuietSpec, baseline_mb: dict[int, int]) -> tuple[list[str], Condi
     processes(exclude)  # start every process's CPU counter now
     time.sleep(spec.window_s)
     now = read_conditions()
-    reasons = []
+    reasons = []  # the GPU's first: another's kernels there weigh most
+    for gpu in now.gpus:
+        if gpu.foreign_pids:
+            reasons.append(f"GPU {gpu.index}: compute processes of others: "
+                           f"{', '.join(_named(p) for p in gpu.foreign_pids)}")
+        if gpu.throttle:
+            reasons.append(f"GPU {gpu.index}: clocks held down ({', '.join(gpu.throttle)})")
+        used, before = gpu.memory_used_mb or 0, baseline_mb.get(gpu.index)
+        if before is not None and used - before > spec.max_gpu_memory_mb:
+            reasons.append(f"GPU {gpu.index}: {used - before} MiB more in use than before the "
+                           f"run's first load (limit {spec.max_gpu_memory_mb} MiB): the "
+                           "previous load's memory did not come back")
     if (foreign := now.foreign_cpu_cores or 0.0) > spec.max_foreign_cpu:
         top = ", ".join(f"{p.name} (pid {p.pid}) {p.cpu_cores:.2f}" for p in now.foreign[:3])
         reasons.append(f"other processes use {foreign:.2f} CPU cores (limit "
@@ -42,18 +55,14 @@ def look(spec: QuietSpec, baseline_mb: dict[int, int]) -> tuple[list[str], Condi
     if load > spec.max_load_per_core:
         reasons.append(f"load average {now.loadavg[0]:.2f} on {now.cpu_count} cores "
                        f"(limit {spec.max_load_per_core:g} per core)")
-    for gpu in now.gpus:
-        if gpu.foreign_pids:
-            reasons.append(f"GPU {gpu.index}: compute processes of others: "
-                           f"{', '.join(str(p) for p in gpu.foreign_pids)}")
-        if gpu.throttle:
-            reasons.append(f"GPU {gpu.index}: clocks held down ({', '.join(gpu.throttle)})")
-        used, before = gpu.memory_used_mb or 0, baseline_mb.get(gpu.index)
-        if before is not None and used - before > spec.max_gpu_memory_mb:
-            reasons.append(f"GPU {gpu.index}: {used - before} MiB more in use than before the "
-                           f"run's first load (limit {spec.max_gpu_memory_mb} MiB): the "
-                           "previous load's memory did not come back")
     return reasons, now
+
+
+def _named(pid: int) -> str:
+    try:
+        return f"{psutil.Process(pid).name()} (pid {pid})"
+    except psutil.Error:  # gone, or in another pid namespace
+        return f"pid {pid}"
 
 
 def gate(spec: QuietSpec, baseline_mb: dict[int, int], what: str,
