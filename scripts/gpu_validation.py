@@ -50,7 +50,7 @@ def make_model(size: str, seed: int = 0, device: str = "cuda") -> Path:
     import torch
     from transformers import AutoConfig, LlamaForCausalLM
 
-    out = WORK / f"smollm2-{size}-random-seed{seed}"
+    out = WORK / f"smollm2-{size}-random-seed{seed}{'-cpu-init' if device == 'cpu' else ''}"
     if (out / "model.safetensors").exists():
         return out
     config = AutoConfig.from_pretrained(CARRIED / "smollm2-config")
@@ -197,7 +197,9 @@ while True:
 def quiet_plans(device: str) -> list[tuple[str, str]]:
     """The quiet box on a GPU: the same small cost plan on the quiet machine (default gate:
     refuse), then with another process computing on the GPU (refused), then marked."""
-    model = make_model("135m", device=device)
+    # made on the CPU: a CUDA context left in this script would be a GPU process of
+    # servediff's parent on the GPU during every load
+    model = make_model("135m", device="cpu")
     plan = (
         f'name = "NAME"\nengine = "transformers"\nmodel = "{model}"\nloads_per_arm = 1\n'
         f"cost_loads_per_arm = 2\n[engine_options]\ndevice = \"{device}\"\n"
@@ -210,7 +212,7 @@ def quiet_plans(device: str) -> list[tuple[str, str]]:
         + "[probes.speed]\nprompt_tokens = [512]\nreplicates = 3\n"
         "[quiet]\nwait_s = WAIT\naction = \"ACTION\"\n")
     return [(name, plan.replace("NAME", name).replace("WAIT", wait).replace("ACTION", action))
-            for name, wait, action in (("h200-quiet", "120", "refuse"),
+            for name, wait, action in (("h200-quiet", "60", "refuse"),
                                        ("h200-busy-refuse", "20", "refuse"),
                                        ("h200-busy-mark", "10", "mark"))]
 

@@ -5,7 +5,8 @@ installed), so taking them before and after every cell costs nothing
 measurable. CPU use is measured since the previous reading: each process's
 share (psutil keeps the per-process counters between readings), so the
 reading after a cell says what every process did during it. The engine's
-own process group and servediff itself are not foreign; every other process
+own process group, servediff itself and the processes that started it are not
+foreign (on the CPU and on the GPU); every other process
 that used CPU, and every GPU compute process that is not the engine's, is.
 """
 
@@ -80,7 +81,7 @@ def processes(exclude: set[int]) -> list[ProcessUse]:
     return sorted(out, key=lambda p: -p.cpu_cores)
 
 
-def _gpus(engine: set[int]) -> list[GpuReading]:
+def _gpus(engine: set[int], mine: set[int] | None = None) -> list[GpuReading]:
     try:
         import pynvml
     except ImportError:
@@ -92,13 +93,13 @@ def _gpus(engine: set[int]) -> list[GpuReading]:
     gpus = []
     try:
         for i in range(pynvml.nvmlDeviceGetCount()):
-            gpus.append(_gpu(pynvml, i, engine))
+            gpus.append(_gpu(pynvml, i, engine, mine or set()))
     finally:
         pynvml.nvmlShutdown()
     return gpus
 
 
-def _gpu(nvml: Any, index: int, engine: set[int]) -> GpuReading:
+def _gpu(nvml: Any, index: int, engine: set[int], mine: set[int]) -> GpuReading:
     h = nvml.nvmlDeviceGetHandleByIndex(index)
     mem = nvml.nvmlDeviceGetMemoryInfo(h)
     reasons = None
@@ -117,7 +118,7 @@ def _gpu(nvml: Any, index: int, engine: set[int]) -> GpuReading:
         utilization_pct=nvml.nvmlDeviceGetUtilizationRates(h).gpu,
         sm_clock_mhz=nvml.nvmlDeviceGetClockInfo(h, 1),
         mem_clock_mhz=nvml.nvmlDeviceGetClockInfo(h, 2), power_w=power, throttle=reasons,
-        compute_pids=compute, foreign_pids=[pid for pid in compute if pid not in engine])
+        compute_pids=compute, foreign_pids=[pid for pid in compute if pid not in engine | mine])
 
 
 def gpu_models() -> list[str]:
@@ -137,6 +138,6 @@ def read_conditions(engine_pgid: int | None = None) -> Conditions:
         time=time.time(), host=socket.gethostname(), cpu_model=_cpu_model(),
         cpu_count=os.cpu_count() or 0, loadavg=os.getloadavg(), cpu_freq_mhz=freq,
         mem_total_mb=mem.total // 2**20, mem_available_mb=mem.available // 2**20,
-        python=platform.python_version(), packages=_packages(), gpus=_gpus(engine),
+        python=platform.python_version(), packages=_packages(), gpus=_gpus(engine, exclude),
         engine_pids=sorted(engine),
         foreign_cpu_cores=round(sum(p.cpu_cores for p in others), 3), foreign=others[:TOP])
