@@ -6,8 +6,8 @@ measurable. CPU use is measured since the previous reading: each process's
 share (psutil keeps the per-process counters between readings), so the
 reading after a cell says what every process did during it. The engine's
 own process group, servediff itself and the processes that started it are not
-foreign (on the CPU and on the GPU); every other process
-that used CPU, and every GPU compute process that is not the engine's, is.
+foreign, on the CPU and on the GPU; every other process that used CPU, and every
+other compute process on a GPU, is.
 """
 
 from __future__ import annotations
