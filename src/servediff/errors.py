@@ -65,6 +65,10 @@ class IntegrityError(ServediffError):
 class BusyMachineError(ServediffError):
     exit_code = 3
 
+    def __init__(self, message: str, gate: object = None) -> None:
+        super().__init__(message)
+        self.gate = gate  # the evidence.Gate that refused (recorded in the load record)
+
 
 class EngineError(ServediffError):
     pass

@@ -347,6 +347,9 @@ class LoadRecord(Model):
     load: int
     phase: Phase = "drift"
     launches: list[Launch] = Field(default_factory=list)
+    # The quiet-box gate that refused to start this load (the run stopped there, exit 3);
+    # a later run that measures the load keeps it as history.
+    refused: Gate | None = None
 
     @property
     def name(self) -> str:

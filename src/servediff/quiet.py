@@ -84,7 +84,7 @@ def gate(spec: QuietSpec, baseline_mb: dict[int, int], what: str,
             + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "")
             + f"; waited {found.waited_s:.0f} s. Finished cells are kept: run the same "
             "command again when the machine is quiet, or set quiet.action = \"mark\" to "
-            "measure anyway with the claims marked as from a busy machine")
+            "measure anyway with the claims marked as from a busy machine", gate=found)
     return found
 
 

@@ -27,7 +27,7 @@ from servediff.engines.activity import EngineActivity
 from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions
 from servediff.engines.process import EngineHandle, Launcher, free_port
 from servediff.engines.transport import EngineClient, Watch
-from servediff.errors import EngineError, EngineStartError
+from servediff.errors import BusyMachineError, EngineError, EngineStartError
 from servediff.evidence import Cell, Gate, Launch, LoadRecord, Phase, Skipped, load_name
 from servediff.plan import Plan, arm_options, cache_policy
 from servediff.schedule import CellSpec
@@ -142,7 +142,14 @@ class LoadSession:
         """Start the engine cold (nothing for an external endpoint) and wait until ready;
         the launch record is written before and after."""
         plan, room = self.plan, self.room
-        gate = room.gate(f"{self.phase} load {self.load} of `{self.arm}`", self.phase)
+        try:
+            gate = room.gate(f"{self.phase} load {self.load} of `{self.arm}`", self.phase)
+        except BusyMachineError as exc:
+            if isinstance(exc.gate, Gate):  # the refusal is evidence: the report names it
+                self.record.refused = exc.gate
+                room.write_load(self.record)
+                write_manifest(room.layout.root)
+            raise
         room.observer.load_starting(self.arm, self.load, len(self.record.launches) + 1,
                                     self.phase)
         t0 = time.monotonic()

@@ -42,6 +42,7 @@ from servediff.analysis.stats import stable
 from servediff.bundle import Evidence, Layout
 from servediff.evidence import Cell, Launch, SweepPoint
 from servediff.plan import QuietSpec
+from servediff.schedule import cost_runs
 
 SEED = 20261130
 RESAMPLES = 4000
@@ -369,6 +370,17 @@ def cost_gaps(costs: Mapping[str, ArmCosts], comparisons: list[CostComparison],
         if comp.startup is None and min(comp.starts, default=0) > 0:
             out.append(Gap(kind="startup not compared", arm=comp.arm,
                            count=min(comp.starts)))
+    measured = {(c.arm, c.load) for c in evidence.cells if c.phase == "cost"}
+    for rec in evidence.loads:
+        if rec.phase == "cost" and rec.refused and (rec.arm, rec.load) not in measured:
+            out.append(Gap(kind="cost load refused", arm=rec.arm, load=rec.load, phase="cost",
+                           reason="; ".join(rec.refused.reasons)))
+    if cost_runs(plan):
+        for arm in plan.arms:
+            done = len({load for a, load in measured if a == arm})
+            if done < plan.cost_loads_per_arm:
+                out.append(Gap(kind="cost loads missing", arm=arm, count=done,
+                               of=plan.cost_loads_per_arm))
     if any(c.speed for c in costs.values()) and plan.cost_loads_per_arm < 2:
         out.append(Gap(kind="one cost load", count=plan.cost_loads_per_arm))
     return out

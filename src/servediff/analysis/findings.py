@@ -638,6 +638,8 @@ GapKind = Literal[
     "speed skipped",            # a speed length left out (`reason`)
     "startup not compared",     # fewer than three starts on an arm (`count` = the fewest)
     "one cost load",            # one cost load per arm: load-to-load noise not estimated
+    "cost load refused",        # the quiet-box gate refused cost load `load` (`reason`)
+    "cost loads missing",       # an arm has `count` of `of` planned cost loads with a cell
 ]
 
 

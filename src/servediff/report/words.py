@@ -382,6 +382,10 @@ def gap_text(g: Gap) -> str:
         "speed skipped": f"{g.arm}: speed at {g.length} tokens: {g.reason}",
         "startup not compared": f"start-up to ready, `{g.arm}` vs the baseline: not compared; "
                                 f"an arm has {g.count} start(s), a noise band needs 3 each",
+        "cost load refused": f"{g.arm} {load}: not measured, the machine was not quiet "
+                             f"({g.reason}); run again on a quiet machine",
+        "cost loads missing": f"{g.arm}: {g.count} of {_whole(g.of)} planned cost loads "
+                              "have a cell",
         "one cost load": "speed noise between loads: one cost load per arm, so load-to-load "
                          "noise was not estimated (the bands cover replicates in one load)",
     }
