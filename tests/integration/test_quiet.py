@@ -6,11 +6,14 @@ it: by default servediff refuses with a one-line reason (exit 3) and keeps
 the drift cells already measured; with `quiet.action = "mark"` the run goes
 on and every speed claim says it was measured on a busy machine. (That a
 quiet machine gives an ordinary verdict is checked on fixture bundles in
-tests/unit/test_quiet.py: the machine that runs these tests is not quiet.)
+tests/unit/test_quiet.py and on the same kind of plan run on a quiet H200 in
+tests/unit/test_validation_bundles.py: the machine that runs these tests may
+not be quiet.)
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -69,7 +72,16 @@ def test_a_busy_machine_refuses_the_cost_load_and_keeps_the_cells(tmp_path: Path
     # the drift loads ran (the gate is for cost loads) and their cells are kept
     cells = sorted(p.stem for p in (tmp_path / "run" / "cells").glob("*.json"))
     assert cells == ["eager-load1-score", "sdpa-load1-score"]
-    assert not list((tmp_path / "run" / "loads").glob("*-cost*.json"))
+    # the refusal is evidence: the first cost load's record keeps the gate, and no launch
+    loads = sorted(p.stem for p in (tmp_path / "run" / "loads").glob("*-cost*.json"))
+    assert loads == ["sdpa-cost1"]
+    record = json.loads((tmp_path / "run" / "loads" / "sdpa-cost1.json").read_text())
+    assert record["launches"] == [] and not record["refused"]["quiet"]
+    assert record["refused"]["reasons"][0].startswith("other processes use")
+    assert servediff("report", "run", cwd=tmp_path).returncode == 0
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "sdpa cost load 1: not measured, the machine was not quiet (other processes" in report
+    assert "eager: 0 of 2 planned cost loads have a cell" in report
 
 
 def test_mark_mode_goes_on_and_no_speed_claim_is_a_cost(tmp_path: Path, busy: None):

@@ -140,3 +140,56 @@ def test_per_load_kernel_choice_is_caught_on_the_h200(tmp_path: Path):
     (launch,) = json.loads((first / "loads" / "compiled_fresh-load1.json").read_text()
                            )["launches"]
     assert launch["seconds_to_ready"] == 120.835
+
+
+def _h200(name: str, into: Path) -> Path:
+    with tarfile.open(ROOT / "docs" / "validation" / f"{name}.tar.gz") as tar:
+        tar.extractall(into, filter="data")
+    run = into / name
+    assert verify(run) > 5
+    assert json.loads((run / "summary.json").read_text()) == json.loads(
+        summarize(read_evidence(run)).model_dump_json())
+    return run
+
+
+def test_the_quiet_box_on_the_h200(tmp_path: Path):
+    """One small cost plan three times on the H200 (docs/validation/README.md): on the quiet
+    machine, then beside another process's matmul loop on the GPU, refused and marked."""
+    quiet = read_evidence(_h200("h200-quiet", tmp_path))
+    readings = [c for cell in quiet.cells for c in (cell.conditions, cell.conditions_after) if c]
+    gpus = [g for c in readings for g in c.gpus]
+    assert len(gpus) == len(readings) == 2 * len(quiet.cells)  # every reading read NVML
+    assert all(g.name == "NVIDIA H200" and g.sm_clock_mhz and g.mem_clock_mhz and g.power_w
+               and g.temperature_c is not None and g.throttle == [] and not g.foreign_pids
+               for g in gpus)
+    # the engine's own GPU process is in its process group, so it is not foreign
+    assert all(set(g.compute_pids) <= set(c.engine_pids) for c in readings for g in c.gpus)
+    gates = [x.gate for rec in quiet.loads for x in rec.launches if x.gate]
+    assert len(gates) == 4 and all(g.quiet and g.action == "refuse" for g in gates)
+    pair, = summarize(quiet).verdict.pairs
+    speed = [c for c in pair.claims if c.topic == "speed"]
+    assert len(speed) == 3 and all(c.kind != "note" for c in speed)
+
+    busy = read_evidence(_h200("h200-busy-mark", tmp_path))
+    for cell in busy.cells:
+        for c in (cell.conditions, cell.conditions_after):
+            assert c is not None
+            (gpu,) = c.gpus
+            assert gpu.foreign_pids and not set(gpu.foreign_pids) & set(c.engine_pids)
+            assert gpu.throttle == ["power cap"] and gpu.utilization_pct == 100
+    gates = [x.gate for rec in busy.loads for x in rec.launches if x.gate]
+    assert len(gates) == 4 and all(not g.quiet and g.action == "mark" for g in gates)
+    assert all(g.reasons[0].startswith("GPU 0: compute processes of others: python3 (pid ")
+               for g in gates)
+    pair, = summarize(busy).verdict.pairs
+    speed = [c for c in pair.claims if c.topic == "speed"]
+    assert len(speed) == 3 and all(c.kind == "note" for c in speed)
+    assert all("measured on a busy machine" in claim_text(c) for c in speed)
+
+    refused = _h200("h200-busy-refuse", tmp_path)
+    summary = summarize(read_evidence(refused))
+    (gap,) = [g for g in summary.gaps if g.kind == "cost load refused"]
+    assert (gap.arm, gap.load) == ("fp32", 1) and gap.reason and gap.reason.startswith(
+        "GPU 0: compute processes of others: python3 (pid ")
+    assert not list((refused / "cells").glob("*-cost*"))
+    assert summary.conditions["fp32"].gates_not_quiet == 1

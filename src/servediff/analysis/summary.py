@@ -55,8 +55,8 @@ def conditions(evidence: Evidence, by_arm: Mapping[str, list[Cell]]
         readings = [c for cell in cells for c in (cell.conditions, cell.conditions_after) if c]
         foreign = [c.foreign_cpu_cores for c in readings if c.foreign_cpu_cores is not None]
         gpus = [g for c in readings for g in c.gpus]
-        gates = [x.gate for rec in evidence.loads if rec.arm == arm for x in rec.launches
-                 if x.gate is not None]
+        gates = [g for rec in evidence.loads if rec.arm == arm
+                 for g in (rec.refused, *(x.gate for x in rec.launches)) if g is not None]
         out[arm] = ArmConditions(
             machines=sorted({f"{x.machine} ({', '.join(x.gpu_models) or 'no GPU'})"
                              for rec in evidence.loads if rec.arm == arm

@@ -340,6 +340,8 @@ def headline(pair: Pair) -> str:
     if found:
         text = (f"`{pair.arm}` vs `{pair.baseline}`: {len(found)} cost(s) found: "
                 + "; ".join(found))
+    elif coverage_text(pair.coverage) == "no cost probe":
+        text = f"`{pair.arm}` vs `{pair.baseline}`: no cost measured"
     else:
         text = (f"`{pair.arm}` vs `{pair.baseline}`: no cost observed within "
                 f"{coverage_text(pair.coverage)}")
