@@ -17,7 +17,14 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from servediff.corpus import Corpus, load_corpus
 from servediff.engines import registry
@@ -59,6 +66,9 @@ class RepeatProbe(Strict):
     # padded into one batch by engines that batch): batch size vs the arm's own,
     # with the plain repeats as the control.
     batch_sizes: list[Annotated[int, Field(ge=1, le=256)]] = Field(default_factory=list)
+    # The drift loads that run the repeats and batch passes (default: every one). Within-load
+    # drift is a property of a load: one load per arm shows it, every load confirms it.
+    loads: list[Annotated[int, Field(ge=1)]] | None = None
 
 
 class ConcurrencyProbe(Strict):
@@ -76,6 +86,8 @@ class ConcurrencyProbe(Strict):
     max_tokens: Annotated[int, Field(ge=1, le=1024)] = 16
     # Scoring requests (prompt logprobs) and greedy generations: both, by default.
     kinds: list[RequestKind] = Field(default_factory=lambda: list(REQUEST_KINDS))
+    # The drift loads that run the grid (default: every one).
+    loads: list[Annotated[int, Field(ge=1)]] | None = None
 
     @field_validator("kinds")
     @classmethod
@@ -291,6 +303,15 @@ class Plan(Strict):
                     "starting with a letter or digit"
                 )
         return arms
+
+    @model_validator(mode="after")
+    def _probe_loads(self) -> Plan:
+        for name, loads in (("repeat", self.probes.repeat.loads),
+                            ("concurrency", self.probes.concurrency.loads)):
+            if loads is not None and (not loads or max(loads) > self.loads_per_arm):
+                raise ValueError(f"probes.{name}.loads must name drift loads from 1 to "
+                                 f"loads_per_arm ({self.loads_per_arm}), got {loads}")
+        return self
 
 
 class LockedPlan(BaseModel):

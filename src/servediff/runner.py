@@ -122,7 +122,11 @@ class Runner:
             room.observer.note("every cell of this plan is already measured; nothing to run")
             return
         model = resolve_model(room.plan, room.adapter, self.base_dir, room.observer.note)
+        drift_open = pending[0][2] == "drift"
         for arm, load, phase, todo in pending:
+            if drift_open and phase == "cost":
+                room.observer.drift_finished()  # the drift answer is whole: show it now
+                drift_open = False
             # A load whose engine failed or died is started again (a new launch of the
             # same load) for the cells it left. A launch that measured something (a
             # sweep point that killed the engine is a measurement) does not count
@@ -180,4 +184,7 @@ class SilentObserver:
         pass
 
     def cell_finished(self, name: str, seconds: float) -> None:
+        pass
+
+    def drift_finished(self) -> None:
         pass

@@ -88,6 +88,9 @@ def test_mark_mode_goes_on_and_no_speed_claim_is_a_cost(tmp_path: Path, busy: No
     (tmp_path / "plan.toml").write_text(PLAN.replace("wait_s = 3", 'wait_s = 3\naction = "mark"'))
     done = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
+    # the drift table is shown as soon as the drift loads are done, before any cost load
+    early = done.stderr.index("the cost loads come next")
+    assert done.stderr.index("Drift per text") < early < done.stderr.index("cost load 1")
     summary = summary_of(tmp_path / "run")
     (pair,) = summary.verdict.pairs
     speed = [c for c in pair.claims if c.topic == "speed"]

@@ -197,3 +197,47 @@ def test_one_servediff_at_a_time_in_a_run_directory(tmp_path: Path):
 
     with exclusive(tmp_path / "run"), pytest.raises(OutputDirError, match="another servediff"):
         run(tmp_path, FakeLauncher())
+
+
+def test_repeats_and_the_grid_on_the_first_load_only_are_named(tmp_path: Path):
+    p = plan(tmp_path, probes={"repeat": {"count": 1, "loads": [1]},
+                               "concurrency": {"loads": [1], "lengths": [8], "levels": [1, 2],
+                                               "requests": 2, "max_tokens": 2},
+                               "speed": {"enabled": False}, "sweep": {"enabled": False},
+                               "prefix": {"enabled": False}, "generate": {"enabled": False}})
+    assert [c.name for c in cells_of_load(p, "a", 1)] == [
+        "a-load1-score", "a-load1-repeat-r1", "a-load1-concurrency"]
+    assert [c.name for c in cells_of_load(p, "a", 2)] == ["a-load2-score"]
+    root = run(tmp_path, FakeLauncher(), p)
+    summary = summarize(read_evidence(root))
+    some = sorted((g.reason, g.count, g.of) for g in summary.gaps
+                  if g.kind == "probe on some loads")
+    assert some == [("concurrency", 1, 2), ("repeat", 1, 2)]
+    assert all(len(d.within_load) == 1 and d.concurrency for d in summary.arms.values())
+    with pytest.raises(ValueError, match="probes.repeat.loads must name drift loads from 1"):
+        plan(tmp_path, probes={"repeat": {"loads": [3]}})
+
+
+class Events(SilentObserver):
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def load_starting(self, arm: str, load: int, attempt: int, phase: str) -> None:
+        self.seen.append(f"{arm}-{phase}{load}")
+
+    def drift_finished(self) -> None:
+        self.seen.append("drift finished")
+
+
+def test_the_drift_answer_is_announced_once_before_the_cost_loads(tmp_path: Path):
+    p = plan(tmp_path, cost_loads_per_arm=1, probes={
+        "repeat": {"count": 0}, "concurrency": {"enabled": False},
+        "generate": {"enabled": False}, "sweep": {"enabled": False},
+        "prefix": {"enabled": False}, "speed": {"prompt_tokens": [8], "max_tokens": 2,
+                                                "replicates": 1}})
+    events = Events()
+    launcher = FakeLauncher()
+    Runner(p, TEXTS, tmp_path / "run", tmp_path, events, launcher=launcher,
+           clients=launcher.client).run()
+    assert events.seen == ["a-drift1", "b-drift1", "b-drift2", "a-drift2", "drift finished",
+                           "a-cost1", "b-cost1"]

@@ -260,6 +260,12 @@ def drift_gaps(evidence: Evidence, per_arm: Mapping[str, ArmDrift]) -> list[Gap]
         gaps.append(Gap(kind="one load"))
     if plan.probes.repeat.count == 0:
         gaps.append(Gap(kind="no repeat"))
+    repeat, grid = plan.probes.repeat, plan.probes.concurrency
+    for name, loads, runs in (("repeat", repeat.loads, bool(repeat.count or repeat.batch_sizes)),
+                              ("concurrency", grid.loads, grid.enabled)):
+        if runs and loads is not None and set(loads) != set(range(1, plan.loads_per_arm + 1)):
+            gaps.append(Gap(kind="probe on some loads", reason=name, count=len(set(loads)),
+                            of=plan.loads_per_arm))
     for rec in evidence.loads:
         for launch in rec.launches:
             if launch.first_request_cached_tokens:

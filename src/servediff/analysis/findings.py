@@ -638,6 +638,7 @@ GapKind = Literal[
     "speed skipped",            # a speed length left out (`reason`)
     "startup not compared",     # fewer than three starts on an arm (`count` = the fewest)
     "one cost load",            # one cost load per arm: load-to-load noise not estimated
+    "probe on some loads",      # probe `reason` ran in `count` of the `of` drift loads per arm
     "cost load refused",        # the quiet-box gate refused cost load `load` (`reason`)
     "cost loads missing",       # an arm has `count` of `of` planned cost loads with a cell
 ]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from rich.console import RenderableType
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -20,7 +23,9 @@ def _load(arm: str, load: int, phase: Phase) -> str:
 
 
 class RichObserver:
-    def __init__(self) -> None:
+    def __init__(self, on_drift: Callable[[], RenderableType] | None = None) -> None:
+        # what to show once every drift load is done, before the cost loads
+        self.on_drift = on_drift
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=err, transient=False,
@@ -56,6 +61,12 @@ class RichObserver:
     def cell_advanced(self, done: int) -> None:
         if self._task is not None:
             self.progress.update(self._task, completed=done)
+
+    def drift_finished(self) -> None:
+        if self.on_drift is not None:
+            self.progress.console.print(self.on_drift())
+            self.progress.console.print("[dim]the cost loads come next; the whole verdict "
+                                        "follows at the end[/dim]", markup=True)
 
     def cell_finished(self, name: str, seconds: float) -> None:
         if self._task is not None:

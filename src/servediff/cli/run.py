@@ -8,12 +8,15 @@ from importlib import resources
 from pathlib import Path
 
 import click
+from rich.console import RenderableType
 
+from servediff.analysis.summary import summarize
+from servediff.bundle import read_evidence
 from servediff.cli.console import err, out
 from servediff.cli.progress import RichObserver
 from servediff.derived import write_derived
 from servediff.plan import load_plan_file, resolve_plan
-from servediff.report.table import run_view
+from servediff.report.table import drift_table, run_view
 from servediff.runner import Runner
 
 
@@ -44,7 +47,10 @@ def execute(plan_source: Path | None, out_dir: Path | None) -> None:
     # ignored, and Python then leaves it ignored; an interrupt must still stop and record.
     signal.signal(signal.SIGINT, _interrupt)
     try:
-        with RichObserver() as observer:
+        def drift_so_far() -> RenderableType:
+            return drift_table(summarize(read_evidence(root)))
+
+        with RichObserver(on_drift=drift_so_far) as observer:
             Runner(plan, corpus, root, base, observer).run()
     except KeyboardInterrupt:
         err.print(f"interrupted: finished cells are kept in {root}; "

@@ -7,6 +7,10 @@ cold start. It speaks the subset of vLLM's API that scoring needs:
 logprob of the prompt token itself plus its rank), `/tokenize`, `/health`,
 `/version`. A request whose `prompt` is a list of id lists is computed as one
 right-padded batch: that is how a plan measures batch-composition numerics.
+Requests that arrive together are computed together (engines/batcher.py): up
+to `--max-batch` rows of scoring requests in one right-padded pass, greedy
+generations of one length in one left-padded `generate`; so concurrency above
+1 changes what a request is computed with, as on a serving engine.
 
 torch and transformers are imported only here, never by the CLI.
 """
@@ -19,10 +23,13 @@ import platform
 import sys
 import threading
 import time
+from collections.abc import Hashable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from servediff.engines.batcher import Batcher
 
 
 def bucket(length: int, limit: int) -> int:
@@ -36,11 +43,12 @@ def bucket(length: int, limit: int) -> int:
 
 
 class Engine:
-    """The loaded model; `score` holds a lock, one forward pass at a time."""
+    """The loaded model; `score` holds a lock, one forward pass at a time. Requests reach
+    it through `batcher`, which puts those that arrive together into one pass."""
 
     def __init__(self, model_dir: Path, device: str, dtype: str, attn: str, threads: int,
                  max_len: int | None = None, compile_mode: str = "none",
-                 tf32: bool = False) -> None:
+                 tf32: bool = False, max_batch: int = 8, window_ms: float = 5.0) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -79,6 +87,16 @@ class Engine:
         self.max_len = max_len or int(getattr(self.model.config, "max_position_embeddings", 2048))
         self.name = model_dir.name
         self.lock = threading.Lock()
+        self.batcher: Batcher[list[int], Any] = Batcher(self._compute, window_ms / 1000,
+                                                        max_batch)
+
+    def _compute(self, key: Hashable, rows: list[list[int]]) -> list[Any]:
+        """One pass over rows of requests that arrived together."""
+        if key == "score":
+            scored, nexts = self.score(rows)
+            return list(zip(scored, nexts, strict=True))
+        assert isinstance(key, tuple) and key[0] == "generate"
+        return self.generate_batch(rows, key[1])
 
     def info(self) -> dict[str, Any]:
         torch = self.torch
@@ -94,6 +112,8 @@ class Engine:
             "shapes": "static, padded to power-of-two length buckets from 128"
             if self.compile_mode != "none" else "as sent",
             "tf32": self.tf32,
+            "batching": {"max_rows": self.batcher.max_rows,
+                         "window_ms": round(self.batcher.window_s * 1000, 3)},
             "threads": torch.get_num_threads(),
             "max_model_len": self.max_len,
             "bos_token_id": self.tokenizer.bos_token_id,
@@ -141,23 +161,31 @@ class Engine:
         return out, nexts
 
 
-    def generate(self, ids: list[int], max_tokens: int) -> tuple[list[int], list[float]]:
-        """Greedy continuation of `ids`: the tokens and each one's logprob."""
+    def generate_batch(self, batch: list[list[int]], max_tokens: int
+                       ) -> list[tuple[list[int], list[float]]]:
+        """Greedy continuations of the prompts, left-padded into one batch: per prompt the
+        tokens and each one's logprob. A batch of one is the prompt alone, unpadded."""
         torch = self.torch
+        width = max(len(ids) for ids in batch)
+        pad = self.tokenizer.eos_token_id
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, ids in enumerate(batch):
+            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            mask[row, width - len(ids):] = 1
         with self.lock, torch.inference_mode():
             out = self.model.generate(
-                input_ids=torch.tensor([ids], device=self.device),
-                attention_mask=torch.ones((1, len(ids)), dtype=torch.long, device=self.device),
+                input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
                 max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
-                output_logits=True, return_dict_in_generate=True,
-                pad_token_id=self.tokenizer.eos_token_id,
+                output_logits=True, return_dict_in_generate=True, pad_token_id=pad,
             )
-            tokens = out.sequences[0, len(ids):].tolist()
-            logprobs = [
-                float(torch.log_softmax(step[0].float(), dim=-1)[tok])
-                for step, tok in zip(out.logits, tokens, strict=True)
-            ]
-        return tokens, logprobs
+            results = []
+            for row in range(len(batch)):
+                tokens = out.sequences[row, width:].tolist()
+                logprobs = [float(torch.log_softmax(step[row].float(), dim=-1)[tok])
+                            for step, tok in zip(out.logits, tokens, strict=True)]
+                results.append((tokens, logprobs))
+        return results
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -245,7 +273,9 @@ class Handler(BaseHTTPRequestHandler):
             return self._generate(prompts, max_tokens)
         if max_tokens > 1:
             raise ValueError("scoring requests (prompt_logprobs or echo) take max_tokens 0 or 1")
-        scored, nexts = self.engine.score(prompts)
+        results = self.engine.batcher.submit("score", prompts)
+        scored = [rows for rows, _ in results]
+        nexts = [nxt for _, nxt in results]
         choices = []
         for index, (ids, rows) in enumerate(zip(prompts, scored, strict=True)):
             choice: dict[str, Any] = {"index": index, "text": "", "finish_reason": "length"}
@@ -275,8 +305,8 @@ class Handler(BaseHTTPRequestHandler):
         """Greedy generation in vLLM's shape, tokens as `token_id:N` (as vLLM's
         `return_tokens_as_token_ids`)."""
         choices = []
-        for index, ids in enumerate(prompts):
-            tokens, logprobs = self.engine.generate(ids, max_tokens)
+        results = self.engine.batcher.submit(("generate", max_tokens), prompts)
+        for index, (tokens, logprobs) in enumerate(results):
             choices.append({
                 "index": index,
                 "text": self.engine.tokenizer.decode(tokens),
@@ -305,12 +335,18 @@ def main(argv: list[str] | None = None) -> None:
                         choices=["none", "default", "reduce-overhead", "max-autotune",
                                  "max-autotune-no-cudagraphs"])
     parser.add_argument("--tf32", action="store_true")
+    parser.add_argument("--max-batch", type=int, default=8,
+                        help="rows of requests that arrive together computed in one pass "
+                             "(1: one request at a time)")
+    parser.add_argument("--batch-window-ms", type=float, default=5.0,
+                        help="how long the first request waits for others to join its pass")
     args = parser.parse_args(argv)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         parser.error("the embedded engine binds to the loopback interface only")
     started = time.monotonic()
     Handler.engine = Engine(args.model, args.device, args.dtype, args.attn_implementation,
-                            args.threads, args.max_model_len, args.compile, args.tf32)
+                            args.threads, args.max_model_len, args.compile, args.tf32,
+                            args.max_batch, args.batch_window_ms)
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     sys.stderr.write(
         f"servediff-hf-server ready on {args.host}:{args.port} after "

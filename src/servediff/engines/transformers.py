@@ -30,6 +30,10 @@ class TransformersOptions(EngineOptions):
                      "max-autotune-no-cudagraphs"] = "none"
     # TF32 matmuls on CUDA (Ampere and newer)
     tf32: bool = False
+    # Requests that arrive together computed in one pass, up to this many rows (1: one
+    # request at a time), and how long a request waits for others to join it
+    max_batch: int = Field(default=8, ge=1, le=256)
+    batch_window_ms: float = Field(default=5.0, ge=0, le=1000)
 
 
 class TransformersAdapter(CompletionsAdapter):
@@ -56,7 +60,9 @@ class TransformersAdapter(CompletionsAdapter):
                 *(["--max-model-len", str(options.max_model_len)]
                   if options.max_model_len else []),
                 *(["--compile", options.compile] if options.compile != "none" else []),
-                *(["--tf32"] if options.tf32 else [])]
+                *(["--tf32"] if options.tf32 else []),
+                "--max-batch", str(options.max_batch),
+                "--batch-window-ms", f"{options.batch_window_ms:g}"]
 
     def info(self, client: EngineClient) -> EngineInfo:
         raw: dict[str, Any] = client.get_json("/version")

@@ -35,8 +35,9 @@ class Concurrency(Probe):
     phase = "drift"
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
-        return [CellSpec(arm, load, "concurrency", 0)] if plan.probes.concurrency.enabled \
-            else []
+        spec = plan.probes.concurrency
+        return [CellSpec(arm, load, "concurrency", 0)] if spec.enabled and (
+            spec.loads is None or load in spec.loads) else []
 
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
         spec = session.plan.probes.concurrency

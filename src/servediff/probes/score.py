@@ -59,6 +59,8 @@ class Score(Probe):
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         repeat = plan.probes.repeat
+        if repeat.loads is not None and load not in repeat.loads:
+            return [CellSpec(arm, load, "score", 0)]
         return [CellSpec(arm, load, "score", 0),
                 *(CellSpec(arm, load, "repeat", r) for r in range(1, repeat.count + 1)),
                 *(CellSpec(arm, load, "batch", b) for b in repeat.batch_sizes)]

@@ -367,6 +367,9 @@ def untested_text(name: str, why: Untested) -> str:
     return f"{PROBES[name]}: {UNTESTED[why.reason]}"
 
 
+SOME_LOADS = {"repeat": "within-load repeats", "concurrency": "the concurrency grid"}
+
+
 def gap_text(g: Gap) -> str:
     load = f"{'cost load' if g.phase == 'cost' else 'load'} {g.load}"
     texts = {
@@ -384,6 +387,8 @@ def gap_text(g: Gap) -> str:
         "speed skipped": f"{g.arm}: speed at {g.length} tokens: {g.reason}",
         "startup not compared": f"start-up to ready, `{g.arm}` vs the baseline: not compared; "
                                 f"an arm has {g.count} start(s), a noise band needs 3 each",
+        "probe on some loads": f"{SOME_LOADS.get(g.reason or '', g.reason)}: ran in {g.count} "
+                               f"of {_whole(g.of)} drift loads per arm (the plan's `loads`)",
         "cost load refused": f"{g.arm} {load}: not measured, the machine was not quiet "
                              f"({g.reason}); run again on a quiet machine",
         "cost loads missing": f"{g.arm}: {g.count} of {_whole(g.of)} planned cost loads "
