@@ -55,13 +55,14 @@ def main() -> None:
         Runner(plan, corpus, root, Path.cwd(), SilentObserver()).run()
         write_derived(root)
         wall = time.monotonic() - t0
-        ready = stop = 0.0
+        ready = stop = gate = 0.0
         launches = 0
         for path in (root / "loads").glob("*.json"):
             for launch in json.loads(path.read_text())["launches"]:
                 launches += 1
                 ready += launch["seconds_to_ready"] or 0.0
                 stop += launch["stop"]["stop_seconds"] if launch["stop"] else 0.0
+                gate += (launch.get("gate") or {}).get("waited_s") or 0.0
         per_probe: dict[str, float] = defaultdict(float)
         for p in (root / "cells").glob("*.json"):
             cell = json.loads(p.read_text())
@@ -75,8 +76,12 @@ def main() -> None:
     for probe, seconds in sorted(per_probe.items()):
         print(f"engine, {probe:<14} {seconds:8.1f} s")
     print(f"engine stop            {stop:8.1f} s (counted outside the engine's work)")
+    print(f"quiet-box gate         {gate:8.1f} s (looking at the machine before cost loads)")
     print(f"outside the engine     {wall - engine:8.1f} s  "
           f"({(wall - engine) / wall:.1%} of the wall time)")
+    harness = wall - engine - gate
+    print(f"  of which not gate    {harness:8.1f} s  ({harness / wall:.1%}: servediff's own "
+          "overhead)")
     print(f"ratio wall / engine    {wall / engine:8.3f}")
 
 
