@@ -63,10 +63,16 @@ class RichObserver:
             self.progress.update(self._task, completed=done)
 
     def drift_finished(self) -> None:
-        if self.on_drift is not None:
-            self.progress.console.print(self.on_drift())
-            self.progress.console.print("[dim]the cost loads come next; the whole verdict "
-                                        "follows at the end[/dim]", markup=True)
+        if self.on_drift is None:
+            return
+        try:
+            table = self.on_drift()
+        except Exception as exc:  # a view must never stop a measurement
+            self.note(f"drift table not shown before the cost loads: {exc}")
+            return
+        self.progress.console.print(table)
+        self.progress.console.print("[dim]the cost loads come next; the whole verdict "
+                                    "follows at the end[/dim]", markup=True)
 
     def cell_finished(self, name: str, seconds: float) -> None:
         if self._task is not None:
