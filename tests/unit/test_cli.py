@@ -109,3 +109,18 @@ def test_not_a_run_directory(tmp_path: Path):
     done = servediff("rederive", str(tmp_path))
     assert done.returncode == 2
     assert "not a servediff run directory" in done.stderr
+
+
+def test_the_early_drift_table_never_stops_a_run(capsys):
+    from servediff.cli.progress import RichObserver
+
+    def broken() -> str:
+        raise ValueError("no score cell yet")
+
+    with RichObserver(on_drift=broken) as observer:
+        observer.drift_finished()  # a note, not an exception
+    with RichObserver(on_drift=lambda: "DRIFT TABLE") as observer:
+        observer.drift_finished()
+    err = capsys.readouterr().err
+    assert "drift table not shown before the cost loads: no score cell yet" in err
+    assert "DRIFT TABLE" in err and "the cost loads come next" in err
