@@ -111,6 +111,7 @@ def _gpu(nvml: Any, index: int, engine: set[int], mine: set[int]) -> GpuReading:
     with contextlib.suppress(nvml.NVMLError):
         power = round(nvml.nvmlDeviceGetPowerUsage(h) / 1000, 1)
     compute = [p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(h)]
+    not_foreign = engine | mine
     return GpuReading(
         index=index, name=nvml.nvmlDeviceGetName(h),
         memory_used_mb=int(mem.used) // 2**20, memory_total_mb=int(mem.total) // 2**20,
@@ -118,7 +119,7 @@ def _gpu(nvml: Any, index: int, engine: set[int], mine: set[int]) -> GpuReading:
         utilization_pct=nvml.nvmlDeviceGetUtilizationRates(h).gpu,
         sm_clock_mhz=nvml.nvmlDeviceGetClockInfo(h, 1),
         mem_clock_mhz=nvml.nvmlDeviceGetClockInfo(h, 2), power_w=power, throttle=reasons,
-        compute_pids=compute, foreign_pids=[pid for pid in compute if pid not in engine | mine])
+        compute_pids=compute, foreign_pids=[pid for pid in compute if pid not in not_foreign])
 
 
 def gpu_models() -> list[str]:
