@@ -51,7 +51,7 @@ def main() -> None:
     plan, corpus = resolve_plan(tomllib.loads(text), f"{args.plan}.toml", Path.cwd())
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp) / "run"
-        t0 = time.monotonic()
+        t0, started = time.monotonic(), time.time()
         Runner(plan, corpus, root, Path.cwd(), SilentObserver()).run()
         write_derived(root)
         wall = time.monotonic() - t0
@@ -64,14 +64,20 @@ def main() -> None:
                 stop += launch["stop"]["stop_seconds"] if launch["stop"] else 0.0
                 gate += (launch.get("gate") or {}).get("waited_s") or 0.0
         per_probe: dict[str, float] = defaultdict(float)
+        drift_end: dict[str, float] = defaultdict(float)  # per arm, as time.time()
         for p in (root / "cells").glob("*.json"):
             cell = json.loads(p.read_text())
             per_probe[cell["probe"]] += cell["engine_seconds"]
+            if cell["phase"] == "drift":
+                end = cell["started_at"] + cell["wall_seconds"]
+                drift_end[cell["arm"]] = max(drift_end[cell["arm"]], end)
     engine = ready + sum(per_probe.values())
     print(f"{args.plan} plan: {len(plan.arms)} arms x {plan.loads_per_arm} drift loads + "
           f"{plan.cost_loads_per_arm} cost loads, {len(corpus.texts)} texts, "
           f"{launches} launches")
     print(f"wall time              {wall:8.1f} s")
+    first = min(drift_end.values(), default=started) - started
+    print(f"first arm's drift done {first:8.1f} s (its drift table is shown then)")
     print(f"engine start to ready  {ready:8.1f} s")
     for probe, seconds in sorted(per_probe.items()):
         print(f"engine, {probe:<14} {seconds:8.1f} s")

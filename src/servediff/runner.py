@@ -122,10 +122,14 @@ class Runner:
             room.observer.note("every cell of this plan is already measured; nothing to run")
             return
         model = resolve_model(room.plan, room.adapter, self.base_dir, room.observer.note)
+        # Each arm's drift answer is shown as soon as its drift loads are done, and the
+        # whole drift answer before the cost loads: the cost loads take longer.
+        announced = self.drift_done()
         drift_open = pending[0][2] == "drift"
         for arm, load, phase, todo in pending:
             if drift_open and phase == "cost":
-                room.observer.drift_finished()  # the drift answer is whole: show it now
+                if announced != set(room.plan.arms):  # some arm's drift loads failed
+                    self.announce(self.drift_done())
                 drift_open = False
             # A load whose engine failed or died is started again (a new launch of the
             # same load) for the cells it left. A launch that measured something (a
@@ -137,6 +141,21 @@ class Runner:
                 self.run_load(arm, load, phase, todo, model)
                 barren = 0 if self.progress(todo) > before else barren + 1
                 todo = self.missing(todo)
+            if phase == "drift" and (done := self.drift_done()) - announced:
+                self.announce(done)
+                announced = done
+
+    def drift_done(self) -> set[str]:
+        """The arms whose drift cells are all measured."""
+        plan = self.room.plan
+        return {arm for arm in plan.arms
+                if not any(self.missing(cells_of_load(plan, arm, load))
+                           for load in range(1, plan.loads_per_arm + 1))}
+
+    def announce(self, done: set[str]) -> None:
+        arms = list(self.room.plan.arms)
+        self.room.observer.drift_finished([a for a in arms if a in done],
+                                          [a for a in arms if a not in done])
 
     def missing(self, cells: list[CellSpec]) -> list[CellSpec]:
         return [c for c in cells if not self.layout.cell(c.name).exists()]
@@ -186,5 +205,5 @@ class SilentObserver:
     def cell_finished(self, name: str, seconds: float) -> None:
         pass
 
-    def drift_finished(self) -> None:
+    def drift_finished(self, done: list[str], pending: list[str]) -> None:
         pass

@@ -236,6 +236,24 @@ def test_transformers_gpu_arms_become_server_flags():
     assert args[args.index("--dtype") + 1] == "bfloat16"
 
 
+def test_dtype_auto_is_bfloat16_only_where_the_device_computes_it_natively():
+    from types import SimpleNamespace
+
+    from servediff.engines.hf_server import native_dtype
+
+    def fake_torch(cpu_bf16: bool, gpu_bf16: bool) -> Any:
+        return SimpleNamespace(
+            cuda=SimpleNamespace(is_bf16_supported=lambda: gpu_bf16),
+            backends=SimpleNamespace(mkldnn=SimpleNamespace(is_available=lambda: True)),
+            ops=SimpleNamespace(mkldnn=SimpleNamespace(
+                _is_mkldnn_bf16_supported=lambda: cpu_bf16)))
+
+    assert native_dtype(fake_torch(True, False), "cpu") == "bfloat16"
+    assert native_dtype(fake_torch(False, True), "cpu") == "float32"  # emulated: slower
+    assert native_dtype(fake_torch(False, True), "cuda") == "bfloat16"
+    assert native_dtype(fake_torch(True, False), "cuda:0") == "float32"
+
+
 @pytest.mark.parametrize(("engine", "field"), [("vllm", "prefix_cache"),
                                                ("sglang", "prefix_cache"),
                                                ("llamacpp", "cache_prompt")])

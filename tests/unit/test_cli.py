@@ -118,9 +118,16 @@ def test_the_early_drift_table_never_stops_a_run(capsys):
         raise ValueError("no score cell yet")
 
     with RichObserver(on_drift=broken) as observer:
-        observer.drift_finished()  # a note, not an exception
-    with RichObserver(on_drift=lambda: "DRIFT TABLE") as observer:
-        observer.drift_finished()
+        observer.drift_finished(["a"], ["b"])  # a note, not an exception
     err = capsys.readouterr().err
-    assert "drift table not shown before the cost loads: no score cell yet" in err
-    assert "DRIFT TABLE" in err and "the cost loads come next" in err
+    assert "drift table not shown yet: no score cell yet" in err
+    with RichObserver(on_drift=lambda: "DRIFT TABLE") as observer:
+        observer.drift_finished(["b"], ["a"])
+    err = capsys.readouterr().err
+    assert "the drift loads of b are done; those of a are not all measured yet" in err
+    assert "DRIFT TABLE" in err and "more drift loads come next" in err
+    with RichObserver(on_drift=lambda: "WHOLE TABLE") as observer:
+        observer.drift_finished(["a", "b"], [])
+    err = capsys.readouterr().err
+    assert "WHOLE TABLE" in err and "the cost loads come next" in err
+    assert "Drift so far" not in err

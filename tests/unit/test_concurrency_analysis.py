@@ -38,14 +38,30 @@ def test_batch_composition_found_with_its_length_floor(tmp_path: Path):
                                 "cells/a-load2-concurrency.json"]
     grid = {(e.length, e.level): e for e in conc.table.cells}
     assert grid[(512, 4)].distinct == 3 and grid[(512, 4)].off_majority == 2
+    assert grid[(512, 4)].off_control == 3  # x, x, y: not the control's h
     assert grid[(2048, 2)].distinct == 2 and grid[(2048, 2)].off_majority == 1
     assert grid[(128, 4)].distinct == 1 and grid[(128, 4)].off_majority == 0
     assert "concurrency" not in summary.untested
     root = tmp_path
     write_derived(root)
     report = (root / "report.md").read_text()
-    assert "| generate | 512 | 1 | 1 | 3 (2 off) |" in report
+    assert "| generate | 512 | 1 | 1 | 3 (3 off) |" in report
     assert "| request | prompt tokens | c=1 (control) | c=2 | c=4 |" in report
+
+
+def test_a_level_that_agrees_with_itself_but_not_with_the_control_drifts(tmp_path: Path):
+    # every row of a batch computed alike, and unlike the request sent alone
+    outcomes = {(256, 1): STABLE, (256, 2): ["w"] * 4, (256, 4): STABLE}
+    cells = [*score_cells("a", 1), concurrency_cell("a", 1, outcomes)]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1,
+                                                  concurrency=True)))
+    conc = summary.arms["a"].concurrency
+    grid = {(e.length, e.level): e for e in conc.table.cells}
+    assert (grid[(256, 2)].distinct, grid[(256, 2)].off_majority,
+            grid[(256, 2)].off_control) == (2, 0, 4)
+    assert (grid[(256, 4)].distinct, grid[(256, 4)].off_control) == (1, 0)
+    assert conc.batch_composition and conc.first_drift.level == 2
+    assert summary.arms["a"].signature.name != "bit-identical"
 
 
 def test_failed_control_is_named_before_anything_else(tmp_path: Path):
@@ -69,7 +85,7 @@ def test_errors_are_counted_not_compared(tmp_path: Path):
     band = grid[1].off_majority_ci95
     assert grid[1].model_dump() == {"kind": "generate", "length": 256, "level": 2, "distinct": 1,
                        "off_majority": 0, "requests": 4, "errors": 1,
-                       "off_majority_ci95": [0.0, band[1]]}
+                       "off_majority_ci95": [0.0, band[1]], "off_control": 0}
     assert grid[1].off_majority_ci95[1] > 0.5  # 0 of 3: the interval stays wide
     assert summary.arms["a"].signature.name == "bit-identical"
 

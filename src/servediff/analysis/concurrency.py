@@ -1,9 +1,10 @@
 """Analysis of the concurrency probe: distinct results per (length, level), the control.
 
 Pure functions of concurrency cells. A group of identical requests is stable
-when every response has the same hash (generated ids and their logprobs). The
-level-1 groups are the negative control: if they are not stable, the engine is
-not deterministic even alone, and higher levels prove nothing about batching.
+when every response has the same hash (generated ids and their logprobs) and,
+above level 1, that hash is the control's. The level-1 groups are the negative
+control: if they are not stable, the engine is not deterministic even alone,
+and higher levels prove nothing about batching.
 """
 
 from __future__ import annotations
@@ -42,17 +43,34 @@ def cache_split(group: Group) -> CacheSplit | None:
                       uncached=sum(not r.cached_tokens for r in ok), differ=cached != fresh)
 
 
+def controls(cell: Cell) -> dict[tuple[RequestKind, int], str]:
+    """The control's result per (kind, length): the one hash of a stable level-1 group."""
+    out: dict[tuple[RequestKind, int], str] = {}
+    for g in cell.groups:
+        hashes = {r.hash for r in g.responses if r.status == "ok" and r.hash is not None}
+        if g.level == 1 and len(hashes) == 1:
+            out[(g.kind, g.length)] = hashes.pop()
+    return out
+
+
 def group_rows(cell: Cell) -> list[GroupRow]:
+    """One row per group. Above level 1 the control's result counts as one of the results:
+    requests that all agree with each other but not with the same request sent alone
+    drift with the batch they were computed in, too."""
     rows = []
+    control = controls(cell)
     for g in cell.groups:
         ok = [r for r in g.responses if r.status == "ok"]
         hashes = Counter(r.hash for r in ok)
         majority_hash, majority = hashes.most_common(1)[0] if hashes else (None, 0)
         cached = [r.cached_tokens for r in ok if r.cached_tokens is not None]
+        alone = control.get((g.kind, g.length)) if g.level > 1 else None
         rows.append(GroupRow(
             kind=g.kind, length=g.length, level=g.level, requests=len(g.responses),
-            ok=len(ok), errors=len(g.responses) - len(ok), distinct=len(hashes),
+            ok=len(ok), errors=len(g.responses) - len(ok),
+            distinct=len(set(hashes) | ({alone} if alone and ok else set())),
             off_majority=len(ok) - majority,
+            off_control=None if alone is None else sum(r.hash != alone for r in ok),
             distinct_token_sequences=len({tuple(r.token_ids) for r in ok}),
             majority_hash=majority_hash, max_cached_tokens=max(cached) if cached else None,
             cache_split=cache_split(g)))
@@ -90,6 +108,7 @@ def table(loads: list[LoadConcurrency]) -> ConcurrencyTable:
             entry = cells.setdefault((r.kind, r.length, r.level), Counter())
             entry["distinct"] = max(entry["distinct"], r.distinct)
             entry["off_majority"] += r.off_majority
+            entry["off_control"] += r.off_control or 0
             entry["requests"] += r.requests
             entry["errors"] += r.errors
     kinds: list[RequestKind] = [k for k in ("score", "generate")
@@ -98,7 +117,8 @@ def table(loads: list[LoadConcurrency]) -> ConcurrencyTable:
     levels = sorted({c for _, _, c in cells})
     return ConcurrencyTable(kinds=kinds, lengths=lengths, levels=levels, cells=[
         TableCell(kind=k, length=n, level=c, distinct=e["distinct"],
-                  off_majority=e["off_majority"], requests=e["requests"], errors=e["errors"],
+                  off_majority=e["off_majority"], off_control=e["off_control"],
+                  requests=e["requests"], errors=e["errors"],
                   # exact interval on the rate of responses off the majority
                   off_majority_ci95=stats.exact_ci(e["off_majority"],
                                                    e["requests"] - e["errors"]))

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
 from servediff.plan import ProbesSpec
 
-SUMMARY_SCHEMA_VERSION = 2
+SUMMARY_SCHEMA_VERSION = 3
 
 Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
 Band = list[float]
@@ -123,8 +123,11 @@ class GroupRow(Finding):
     requests: int
     ok: int
     errors: int
+    # distinct results; above level 1 the control's (level 1) result counts as one
     distinct: int
     off_majority: int
+    # above level 1: responses whose result is not the control's (None: no stable control)
+    off_control: int | None = None
     distinct_token_sequences: int
     majority_hash: str | None
     max_cached_tokens: int | None
@@ -165,6 +168,8 @@ class TableCell(Finding):
     requests: int
     errors: int
     off_majority_ci95: Band | None
+    # above level 1: responses whose result is not the control's, summed over loads
+    off_control: int = 0
 
 
 class ConcurrencyTable(Finding):

@@ -24,7 +24,7 @@ def _load(arm: str, load: int, phase: Phase) -> str:
 
 class RichObserver:
     def __init__(self, on_drift: Callable[[], RenderableType] | None = None) -> None:
-        # what to show once every drift load is done, before the cost loads
+        # the drift table so far: shown when an arm's drift loads are done
         self.on_drift = on_drift
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -62,17 +62,23 @@ class RichObserver:
         if self._task is not None:
             self.progress.update(self._task, completed=done)
 
-    def drift_finished(self) -> None:
+    def drift_finished(self, done: list[str], pending: list[str]) -> None:
         if self.on_drift is None:
             return
         try:
             table = self.on_drift()
         except Exception as exc:  # a view must never stop a measurement
-            self.note(f"drift table not shown before the cost loads: {exc}")
+            self.note(f"drift table not shown yet: {exc}")
             return
-        self.progress.console.print(table)
-        self.progress.console.print("[dim]the cost loads come next; the whole verdict "
-                                    "follows at the end[/dim]", markup=True)
+        console = self.progress.console
+        if pending:
+            console.print(f"[bold]Drift so far[/bold]: the drift loads of {', '.join(done)} "
+                          f"are done; those of {', '.join(pending)} are not all measured yet",
+                          markup=True, highlight=False)
+        console.print(table)
+        console.print("[dim]" + ("more drift loads come next" if pending else
+                                 "the cost loads come next") +
+                      "; the whole verdict follows at the end[/dim]", markup=True)
 
     def cell_finished(self, name: str, seconds: float) -> None:
         if self._task is not None:

@@ -42,6 +42,16 @@ def bucket(length: int, limit: int) -> int:
     return max(length, min(width, limit))
 
 
+def native_dtype(torch: Any, device: str) -> str:
+    """What `--dtype auto` loads: bfloat16 where the device computes it natively (a CUDA
+    GPU with bf16, or a CPU whose oneDNN has bf16 instructions), float32 elsewhere, where
+    bfloat16 would be emulated and slower than float32."""
+    if device.startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    native = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return "bfloat16" if native else "float32"
+
+
 class Engine:
     """The loaded model; `score` holds a lock, one forward pass at a time. Requests reach
     it through `batcher`, which puts those that arrive together into one pass."""
@@ -58,12 +68,13 @@ class Engine:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.torch = torch
         self.device = device
-        self.dtype = dtype
+        self.dtype = native_dtype(torch, device) if dtype == "auto" else dtype
+        self.dtype_asked = dtype
         self.attn = attn
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         # transformers' own annotations of from_pretrained/to are not usable under mypy.
         loaded: Any = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=getattr(torch, dtype), attn_implementation=attn
+            model_dir, dtype=getattr(torch, self.dtype), attn_implementation=attn
         )
         self.model: Any = loaded.to(device).eval()
         # TF32 matmuls on Ampere and newer: faster, and numerically another arm.
@@ -107,6 +118,7 @@ class Engine:
             "device_name": torch.cuda.get_device_name(0) if self.device == "cuda" else
             platform.processor() or platform.machine(),
             "dtype": self.dtype,
+            "dtype_asked": self.dtype_asked,
             "attn_implementation": self.attn,
             "compile": self.compile_mode,
             "shapes": "static, padded to power-of-two length buckets from 128"
@@ -191,6 +203,9 @@ class Engine:
 class Handler(BaseHTTPRequestHandler):
     engine: Engine
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes: with Nagle's algorithm on, the body waits
+    # for the client's delayed ACK of the headers, about 40 ms added to every response.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         sys.stderr.write(f"{time.strftime('%H:%M:%S')} {self.command} {self.path} {args[1:]}\n")
@@ -350,7 +365,7 @@ def main(argv: list[str] | None = None) -> None:
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     sys.stderr.write(
         f"servediff-hf-server ready on {args.host}:{args.port} after "
-        f"{time.monotonic() - started:.1f}s ({Handler.engine.device}, {args.dtype}, "
+        f"{time.monotonic() - started:.1f}s ({Handler.engine.device}, {Handler.engine.dtype}, "
         f"{args.attn_implementation})\n"
     )
     sys.stderr.flush()

@@ -90,8 +90,9 @@ def arm_lines(arm: str, data: ArmDrift) -> list[str]:
     conc = data.concurrency
     if conc:
         grid = conc.table
-        lines += ["", f"Concurrency probe (identical requests; distinct results, "
-                  f"responses off the majority, summed over {len(conc.loads)} load(s)). "
+        lines += ["", f"Concurrency probe (identical requests; distinct results, the "
+                  "control's counted in above c=1, and the responses off the control's "
+                  f"result (c=1: off the majority), summed over {len(conc.loads)} load(s)). "
                   "Concurrency-1 control: "
                   + ("every length gave one result." if conc.control_ok else
                      "FAILED: requests sent one at a time already disagree."), "",

@@ -55,10 +55,12 @@ def drift_table(summary: Summary) -> Group:
 
 
 def grid_cell(entry: TableCell) -> str:
-    """`1` when every response agreed; else distinct results and responses off the majority."""
+    """`1` when every response agreed (above level 1: with the control too); else distinct
+    results and the responses off the control's result (level 1: off the majority)."""
     text = str(entry.distinct)
-    if entry.off_majority:
-        text += f" ({entry.off_majority} off)"
+    off = entry.off_control if entry.level > 1 else entry.off_majority
+    if off:
+        text += f" ({off} off)"
     if entry.errors:
         text += f" [{entry.errors} err]"
     return text

