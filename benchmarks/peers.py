@@ -4,10 +4,10 @@ Starts vLLM (CPU) once, through servediff's own load session (the plan below: fp
 a 2,048-token context, 1 GiB of KV cache), and then, interleaved for `--rounds` rounds:
 
 1. speed: servediff's speed probe against `vllm bench serve` (random prompts of 512
-   and 1,536 tokens, 64 output tokens, one request at a time; `vllm bench serve` also at
-   4 at once, which servediff's speed probe does not measure). TTFT, decode tok/s
-   (1 / TPOT for vLLM's tool) and output tok/s, median of each run, then the median of
-   the rounds.
+   and 1,536 tokens, 64 output tokens, one request at a time, then 4 at once). TTFT,
+   decode tok/s per request (1 / TPOT for vLLM's tool) and output throughput (one
+   request's tokens over its latency at 1; all output tokens over the wall time at 4),
+   median of each run, then the median of the rounds.
 2. scores: servediff's score cell against lm-evaluation-harness `local-completions`
    `loglikelihood_rolling` (its library path, as `lm_eval --tasks wikitext` calls it) on
    the same texts, both with the BOS token in front of every text: per-text NLL, the
@@ -53,7 +53,10 @@ from servediff.schedule import CellSpec
 from servediff.session import LoadSession, Room
 
 ROOT = Path(__file__).resolve().parent.parent
+# the engines and the converted model the test suite sets up, unless told otherwise
+os.environ.setdefault("SERVEDIFF_CACHE", str(ROOT / ".cache" / "servediff"))
 LENGTHS = (512, 1536)
+LEVELS = (1, 4)
 OUTPUT = 64
 LM_EVAL = Path(__file__).with_name("peers_lm_eval.py")
 
@@ -77,7 +80,7 @@ def plan_text(vllm_python: Path, work: Path, texts: int) -> str:
         "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }",
         "[arms.vllm]",
         "[probes.speed]", f"prompt_tokens = {list(LENGTHS)}", f"max_tokens = {OUTPUT}",
-        "warmup = 1", "replicates = 3",
+        "warmup = 1", "replicates = 3", f"levels = {list(LEVELS)}",
         "[probes.repeat]", "count = 0", "batch_sizes = [8]",
         "[corpus]", f"max_texts = {texts}" if texts else "", ""])
 
@@ -89,12 +92,12 @@ def servediff_cell(session: LoadSession, spec: CellSpec) -> Cell:
     return read_record(session.room.layout.cell(spec.name), Cell)
 
 
-def speed_of_cell(cell: Cell, length: int) -> dict[str, float]:
+def speed_of_cell(cell: Cell, length: int, level: int) -> dict[str, float]:
     kept = [s for s in cell.speed if not s.warmup and s.status == "ok"
-            and s.prompt_tokens == length]
+            and (s.prompt_tokens, s.concurrency) == (length, level)]
     return {"ttft_ms": statistics.median(s.ttft_s or 0 for s in kept) * 1000,
             "decode_tok_s": statistics.median(s.decode_tok_s or 0 for s in kept),
-            "output_tok_s": statistics.median(s.generated / (s.total_s or 1) for s in kept)}
+            "throughput_tok_s": statistics.median(s.throughput_tok_s or 0 for s in kept)}
 
 
 # --- vllm bench serve ---------------------------------------------------------------------
@@ -128,7 +131,6 @@ def vllm_bench(python: Path, url: str, model: str, length: int, concurrency: int
     result = json.loads((out / name).read_text())
     return {"ttft_ms": result["median_ttft_ms"],
             "decode_tok_s": 1000 / result["median_tpot_ms"],
-            "output_tok_s": result["output_throughput"] / concurrency,
             "throughput_tok_s": result["output_throughput"]}
 
 
@@ -192,8 +194,8 @@ def main() -> None:
                 row: dict[str, Any] = {}
                 speed = servediff_cell(session, CellSpec("vllm", r, "speed", 0, "cost"))
                 for length in LENGTHS:
-                    row[f"servediff speed {length}"] = speed_of_cell(speed, length)
-                    for c in (1, 4):
+                    for c in LEVELS:
+                        row[f"servediff speed {length} c={c}"] = speed_of_cell(speed, length, c)
                         row[f"vllm bench {length} c={c}"] = vllm_bench(
                             vllm_python, url, served, length, c, work)
                 score = servediff_cell(session, CellSpec("vllm", r, "score", 0))
@@ -224,20 +226,14 @@ def report(rows: dict[str, Any]) -> None:
     rounds = rows["rounds"]
     print(f"servediff vs its peers on one vLLM CPU server, median of {len(rounds)} "
           "interleaved rounds")
-    print(f"{'speed, one request at a time':40} {'servediff':>10} {'vllm bench':>11} "
-          f"{'ratio':>6}")
-    for length in LENGTHS:
-        for metric in ("ttft_ms", "decode_tok_s", "output_tok_s"):
-            ours = median_of(rounds, f"servediff speed {length}", metric)
-            theirs = median_of(rounds, f"vllm bench {length} c=1", metric)
-            print(f"  {length:>5} tokens {metric:26} {ours:10.2f} {theirs:11.2f} "
-                  f"{ratio(ours, theirs):>6}")
-    print("vllm bench serve at 4 at once (servediff's speed probe runs one at a time):")
-    for length in LENGTHS:
-        key = f"vllm bench {length} c=4"
-        print(f"  {length:>5} tokens: TTFT {median_of(rounds, key, 'ttft_ms'):.1f} ms, "
-              f"decode {median_of(rounds, key, 'decode_tok_s'):.2f} tok/s per request, "
-              f"throughput {median_of(rounds, key, 'throughput_tok_s'):.2f} tok/s")
+    print(f"{'speed':40} {'servediff':>10} {'vllm bench':>11} {'ratio':>6}")
+    for c in LEVELS:
+        for length in LENGTHS:
+            for metric in ("ttft_ms", "decode_tok_s", "throughput_tok_s"):
+                ours = median_of(rounds, f"servediff speed {length} c={c}", metric)
+                theirs = median_of(rounds, f"vllm bench {length} c={c}", metric)
+                print(f"  c={c} {length:>5} tokens {metric:22} {ours:10.2f} {theirs:11.2f} "
+                      f"{ratio(ours, theirs):>6}")
     worst, on = 0.0, "-"
     for r in rounds:
         ours, theirs = r["servediff score"]["nll"], r["lm-eval"]["nll"]

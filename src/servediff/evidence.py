@@ -130,11 +130,16 @@ class SpeedSample(Model):
     """One replicate of the speed probe at one prompt length.
 
     `ttft_s` is the latency of a one-token request; `total_s` of a request for
-    `generated` tokens on an equal-length prompt of its own."""
+    `generated` tokens on an equal-length prompt of its own. With `concurrency` above 1,
+    that many requests of each kind were sent at once: `ttft_s`, `total_s` and
+    `generated` are their medians, and `throughput_tok_s` is the output tokens of all
+    the long requests over the time from sending them to the last answer."""
 
     replicate: int
     warmup: bool
     prompt_tokens: int
+    concurrency: int = 1
+    throughput_tok_s: float | None = None
     achieved_prompt_tokens: int | None = None
     ttft_s: float | None = None
     total_s: float | None = None

@@ -139,6 +139,16 @@ class SpeedProbe(Strict):
     warmup: Annotated[int, Field(ge=0, le=20)] = 1
     # Kept replicates per cost load; with two cost loads per arm, 3 x 2 = 6 per arm.
     replicates: Annotated[int, Field(ge=1, le=50)] = 3
+    # Requests in flight: 1 is the single-stream baseline; above it, that many requests
+    # of each kind go at once (a flag can be free alone and cost under load).
+    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 4])
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, levels: list[int]) -> list[int]:
+        if not levels:
+            raise ValueError("needs at least one level (1: one request at a time)")
+        return sorted(set(levels))
 
 
 class SweepProbe(Strict):

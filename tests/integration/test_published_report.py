@@ -41,6 +41,7 @@ def plan(binary: Path) -> str:
         "max_tokens = 4\n"
         "[probes.generate]\ntexts = 1\nprompt_tokens = 32\nmax_tokens = 8\n"
         "[probes.speed]\nprompt_tokens = [64, 256]\nmax_tokens = 8\nreplicates = 3\n"
+        "levels = [1, 2]\n"
         "[probes.sweep]\nstart = 256\nlevels = [1, 2]\n"
         "[probes.prefix]\nprefix_tokens = 300\nquestion_tokens = 16\nrequests = 3\n"
         + MARK_BUSY

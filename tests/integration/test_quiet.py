@@ -45,6 +45,7 @@ count = 0
 prompt_tokens = [128]
 max_tokens = 8
 replicates = 3
+levels = [1]
 [quiet]
 window_s = 2
 wait_s = 3

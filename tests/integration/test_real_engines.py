@@ -223,6 +223,7 @@ def test_vllm_concurrency_grid(tmp_path: Path, vllm_python: Path):
 # The cost protocol with a small context: speed (3 replicates), prefix reuse, and a
 # sweep that reaches the context length and goes past it.
 COST = ("[probes.speed]\nprompt_tokens = [128]\nmax_tokens = 8\nreplicates = 3\n"
+        "levels = [1, 2]\n"
         "[probes.sweep]\nstart = 256\nlevels = [1, 2]\nrequest_timeout_s = 300\n"
         "[probes.prefix]\nprefix_tokens = 400\nquestion_tokens = 16\nrequests = 3\n"
         + MARK_BUSY)
@@ -247,8 +248,14 @@ def check_sweep(run: Path, arm: str, context: int) -> dict:
         {k: p["outcome"] for k, p in raw.items()}
     assert survival["largest_ok_length"]["1"] == context - 1
     assert all(v is None for v in survival["first_failure"].values())
-    speed = summary["costs"][arm]["speed"]["per_length"][0]
-    assert speed["replicates"] == 3 and speed["decode_tok_s"]["mean"] > 0
+    alone, together = summary["costs"][arm]["speed"]["per_length"]
+    assert (alone["concurrency"], together["concurrency"]) == (1, 2)
+    for speed in (alone, together):
+        assert speed["replicates"] == 3 and speed["decode_tok_s"]["mean"] > 0
+    raw = json.loads((run / "cells" / f"{arm}-cost1-speed.json").read_text())["speed"]
+    # 2 at once: one replicate per pair of requests, with the output of both over the wall
+    pairs = [s for s in raw if s["concurrency"] == 2 and not s["warmup"]]
+    assert len(pairs) == 3 and all(s["throughput_tok_s"] > 0 for s in pairs)
     assert_all_stopped(run)
     return summary
 

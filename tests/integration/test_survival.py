@@ -60,6 +60,7 @@ count = 0
 prompt_tokens = [128]
 max_tokens = 8
 replicates = 3
+levels = [1]
 [probes.sweep]
 start = 512
 levels = [1, 2]

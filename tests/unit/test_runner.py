@@ -244,3 +244,25 @@ def test_each_arms_drift_answer_is_announced_when_its_drift_loads_are_done(tmp_p
     # third: A B, B A), and the whole drift answer before the cost loads
     assert events.seen == ["a-drift1", "b-drift1", "b-drift2", "drift of b done, a pending",
                            "a-drift2", "drift of a,b done,  pending", "a-cost1", "b-cost1"]
+
+
+def test_speed_at_a_level_above_one_keeps_one_sample_per_replicate_with_throughput(
+        tmp_path: Path):
+    p = plan(tmp_path, cost_loads_per_arm=1, quiet={"gate_cost": False},
+             arms={"a": {}}, loads_per_arm=1, probes={
+                 "repeat": {"count": 0}, "concurrency": {"enabled": False},
+                 "generate": {"enabled": False}, "sweep": {"enabled": False},
+                 "prefix": {"enabled": False},
+                 "speed": {"prompt_tokens": [8], "max_tokens": 3, "warmup": 1,
+                           "replicates": 2, "levels": [3, 1, 3]}})
+    assert p.probes.speed.levels == [1, 3]
+    root = run(tmp_path, FakeLauncher(), p)
+    speed = json.loads((root / "cells" / "a-cost1-speed.json").read_text())["speed"]
+    assert [(s["concurrency"], s["warmup"]) for s in speed] == [
+        (1, True), (1, False), (1, False), (3, True), (3, False), (3, False)]
+    alone, together = speed[1], speed[4]
+    assert alone["throughput_tok_s"] > 0 and together["throughput_tok_s"] > 0
+    assert together["generated"] == 3 and together["status"] == "ok"
+    summary = summarize(read_evidence(root))
+    assert [(e.concurrency, e.replicates) for e in summary.costs["a"].speed.per_length] == [
+        (1, 2), (3, 2)]

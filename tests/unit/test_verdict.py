@@ -17,7 +17,7 @@ import pytest
 from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence
 from servediff.derived import write_derived
-from servediff.report.words import claim_text, fix_text, headline
+from servediff.report.words import claim_text, coverage_text, fix_text, headline
 from tests.fixtures.bundles import (
     cell,
     make_bundle,
@@ -131,6 +131,27 @@ def test_a_speed_difference_outside_the_band_is_a_cost_with_its_size(tmp_path: P
     assert headline(pair).startswith("`b` vs `a`: 1 cost(s) found: decode tok/s")
 
 
+def test_free_one_at_a_time_and_a_cost_four_at_once_are_two_claims(tmp_path: Path):
+    # the short single-stream check says "free"; four requests in flight say otherwise
+    cells = [cell(arm, 1) for arm in ("a", "b")]
+    for load in (1, 2):
+        for arm, busy_decode in (("a", [60.0, 61.0, 59.0]), ("b", [30.0, 31.0, 29.0])):
+            alone = speed_cell(arm, load, [100.0, 101.0, 99.0], [0.2, 0.21, 0.19])
+            loaded = speed_cell(arm, load, busy_decode, [0.5, 0.52, 0.48], concurrency=4)
+            cells.append(alone.model_copy(update={"speed": alone.speed + loaded.speed}))
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, loads=1, cost=True)))
+    assert [(e.prompt_tokens, e.concurrency, e.replicates)
+            for e in summary.costs["b"].speed.per_length] == [(512, 1, 6), (512, 4, 6)]
+    (pair,) = summary.verdict.pairs
+    decode = {c.comparison.concurrency: c for c in pair.claims
+              if claim_text(c).startswith("decode tok/s")}
+    assert decode[1].kind == "within noise" and decode[4].kind == "cost"
+    assert claim_text(decode[4]).startswith(
+        "decode tok/s at 512 prompt tokens, 4 at once: `b` 30 vs `a` 60 (-50.0%)")
+    assert summary.verdict.coverage.speed_levels == [1, 4]
+    assert "1 and 4 requests at a time" in coverage_text(summary.verdict.coverage)
+
+
 def test_monotone_replicates_are_flagged(tmp_path: Path):
     cells = [cell("a", 1), speed_cell("a", 1, [100.0, 97.0, 95.0], [0.2, 0.2, 0.2]),
              speed_cell("a", 2, [93.0, 90.0, 88.0], [0.2, 0.2, 0.2])]
@@ -138,7 +159,7 @@ def test_monotone_replicates_are_flagged(tmp_path: Path):
                                                   cost=True)))
     speed = summary.costs["a"].speed
     assert [t.model_dump() for t in speed.monotone_drift] == [
-        {"prompt_tokens": 512, "metric": "decode_tok_s"}]
+        {"prompt_tokens": 512, "metric": "decode_tok_s", "concurrency": 1}]
     assert speed.per_length[0].replicates == 6  # the warm-up replicates are dropped
 
 

@@ -125,22 +125,25 @@ def speed_arm(cells: Sequence[Cell], launches: Mapping[tuple[str, int, str, int]
             if (why := busy_reasons(c, (launches or {}).get(
                 (c.arm, c.load, c.phase, c.launch)), spec))}
     per_length = []
-    for length in sorted({s.prompt_tokens for c in mine for s in c.speed}):
+    for level, length in sorted({(s.concurrency, s.prompt_tokens) for c in mine
+                                 for s in c.speed}):
         rows = [(c, s) for c in mine for s in c.speed
-                if s.prompt_tokens == length and not s.warmup and s.status == "ok"]
+                if (s.concurrency, s.prompt_tokens) == (level, length) and not s.warmup
+                and s.status == "ok"]
         refs = sorted({Layout.cell_ref(c.name) for c, _ in rows})
         stats = {m: _stats([v for _, s in rows if (v := getattr(s, m)) is not None])
                  for m in METRICS}
         per_length.append(SpeedAtLength(
-            prompt_tokens=length, replicates=len(rows),
+            prompt_tokens=length, concurrency=level, replicates=len(rows),
             errors=sum(s.status == "error" for c in mine for s in c.speed
-                       if s.prompt_tokens == length),
+                       if (s.concurrency, s.prompt_tokens) == (level, length)),
             cells=refs, busy={ref: busy[ref] for ref in refs if ref in busy},
             decode_tok_s=stats["decode_tok_s"], prefill_tok_s=stats["prefill_tok_s"],
             ttft_s=stats["ttft_s"]))
     skipped = {(x.length, x.reason): x for c in mine for x in c.skipped}
     return Speed(per_length=per_length,
-                 monotone_drift=[Trend(prompt_tokens=e.prompt_tokens, metric=m)
+                 monotone_drift=[Trend(prompt_tokens=e.prompt_tokens, metric=m,
+                                       concurrency=e.concurrency)
                                  for e in per_length for m in METRICS
                                  if e.metric(m).monotone_drift],
                  skipped=list(skipped.values()))
@@ -151,9 +154,9 @@ def speed_compare(a: Speed | None, b: Speed | None) -> list[SpeedComparison]:
     if a is None or b is None:
         return []
     out = []
-    by_length = {e.prompt_tokens: e for e in a.per_length}
+    by_length = {(e.prompt_tokens, e.concurrency): e for e in a.per_length}
     for eb in b.per_length:
-        ea = by_length.get(eb.prompt_tokens)
+        ea = by_length.get((eb.prompt_tokens, eb.concurrency))
         if ea is None:
             continue
         for metric in METRICS:
@@ -169,7 +172,8 @@ def speed_compare(a: Speed | None, b: Speed | None) -> list[SpeedComparison]:
                     verdict = "gain" if (diff > 0) == HIGHER_IS_BETTER[metric] else "cost"
             mean_a = ea.metric(metric).mean
             out.append(SpeedComparison(
-                prompt_tokens=eb.prompt_tokens, metric=metric, verdict=verdict, mean_a=mean_a,
+                prompt_tokens=eb.prompt_tokens, concurrency=eb.concurrency, metric=metric,
+                verdict=verdict, mean_a=mean_a,
                 mean_b=eb.metric(metric).mean, difference=diff, difference_band95=interval,
                 relative=diff / mean_a if diff is not None and mean_a else None,
                 replicates=[len(xa), len(xb)], cells=[*ea.cells, *eb.cells],
@@ -177,14 +181,15 @@ def speed_compare(a: Speed | None, b: Speed | None) -> list[SpeedComparison]:
     return out
 
 
-def order_effect(a: Sequence[Cell], b: Sequence[Cell], length: int, metric: Metric
-                 ) -> tuple[float, float] | None:
+def order_effect(a: Sequence[Cell], b: Sequence[Cell], length: int, metric: Metric,
+                 level: int = 1) -> tuple[float, float] | None:
     """(arm b - arm a, first half - second half of the cost loads in run order) of the
     mean per cost load; None with fewer than two cost loads per arm."""
     loads = []
     for arm, cells in (("a", a), ("b", b)):
         for c in cells:
-            values = [v for s in c.speed if s.prompt_tokens == length and not s.warmup
+            values = [v for s in c.speed if (s.prompt_tokens, s.concurrency) == (length, level)
+                      and not s.warmup
                       and s.status == "ok" and (v := getattr(s, metric)) is not None]
             if values:
                 loads.append((c.started_at, arm, statistics.fmean(values)))
@@ -330,7 +335,8 @@ def compare_arms(costs: Mapping[str, ArmCosts], baseline: str,
         if by_arm is not None:
             a = [x for x in by_arm[baseline] if x.probe == "speed"]
             b = [x for x in by_arm[arm] if x.probe == "speed"]
-            speed = [_with_order(row, order_effect(a, b, row.prompt_tokens, row.metric))
+            speed = [_with_order(row, order_effect(a, b, row.prompt_tokens, row.metric,
+                                                   row.concurrency))
                      for row in speed]
         out.append(CostComparison(baseline=baseline, arm=arm, speed=speed,
                                   startup=startup_compare(base.startup, c.startup),

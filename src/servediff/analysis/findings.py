@@ -322,6 +322,8 @@ class MetricStats(Finding):
 
 class SpeedAtLength(Finding):
     prompt_tokens: int
+    # requests in flight together (1: one at a time)
+    concurrency: int = 1
     replicates: int
     errors: int
     cells: list[str]
@@ -340,6 +342,7 @@ class SpeedAtLength(Finding):
 class Trend(Finding):
     prompt_tokens: int
     metric: Metric
+    concurrency: int = 1
 
 
 class Speed(Finding):
@@ -443,6 +446,7 @@ class SpeedComparison(Finding):
     prompt_tokens: int
     metric: Metric
     verdict: SpeedVerdict
+    concurrency: int = 1
     mean_a: float | None
     mean_b: float | None
     difference: float | None
@@ -602,6 +606,8 @@ class Coverage(Finding):
 
     speed_lengths: list[int]
     speed_max_tokens: int | None
+    # requests in flight the speed probe measured at
+    speed_levels: list[int] = Field(default_factory=lambda: [1])
     sweep_top: int | None
     sweep_levels: list[int]
     prefix: bool

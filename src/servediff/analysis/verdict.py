@@ -152,6 +152,7 @@ def coverage(plan: Plan, costs: Mapping[str, ArmCosts]) -> Coverage:
     return Coverage(
         speed_lengths=sorted({e.prompt_tokens for s in speed for e in s.per_length}),
         speed_max_tokens=plan.probes.speed.max_tokens if speed else None,
+        speed_levels=sorted({e.concurrency for s in speed for e in s.per_length}) or [1],
         sweep_top=max((p.length for s in sweeps for p in s.points if not p.beyond_context),
                       default=0) if sweeps else None,
         sweep_levels=sorted({lv for s in sweeps for lv in s.levels}),

@@ -4,14 +4,19 @@ A replicate at prompt length L is two requests, each on a prompt of its own
 (unique from its first token, so no prefix cache can serve it, see
 prompts.py): one for a single token, whose latency is the TTFT, and one for
 `max_tokens`, whose extra latency over the TTFT is the decode time. Streaming
-is not needed, so every engine is measured the same way. The first `warmup`
-replicates of a load are kept but marked, and analysis drops them. Lengths
-that leave no room for `max_tokens` in the context are skipped, with why.
+is not needed, so every engine is measured the same way. At each level above
+1 (`levels`, default 1 and 4), that many requests of each kind go at once:
+the replicate keeps the medians of their latencies and the output throughput
+of the long ones together. The first `warmup` replicates of each (level,
+length) are kept but marked, and analysis drops them. Lengths that leave no
+room for `max_tokens` in the context are skipped, with why.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from servediff.engines.base import Generated
@@ -42,28 +47,56 @@ class Speed(Probe):
         source = prompts.Prompts(session.stream)
         lengths, skipped = session.fits(spec.prompt_tokens, spec.max_tokens)
         obs = session.room.observer
-        obs.cell_starting(cell.name, len(lengths) * (spec.warmup + spec.replicates))
+        obs.cell_starting(cell.name, len(lengths) * len(spec.levels)
+                          * (spec.warmup + spec.replicates))
         out = session.cell(cell)
         out.skipped = skipped
         n = prompts.SPEED
-        for length in lengths:
-            for replicate in range(spec.warmup + spec.replicates):
-                base: dict[str, Any] = dict(replicate=replicate, warmup=replicate < spec.warmup,
-                                            prompt_tokens=length)
-                try:
-                    first, ttft = _timed(session, source.unique(length, n), 1)
-                    full, total = _timed(session, source.unique(length, n + 1), spec.max_tokens)
-                except EngineError as exc:
-                    out.speed.append(SpeedSample(**base, status="error", error=str(exc)))
-                else:
-                    generated = len(full.token_ids)
-                    decode = total - ttft
-                    out.speed.append(SpeedSample(
-                        **base, achieved_prompt_tokens=first.prompt_tokens,
-                        ttft_s=round(ttft, 6), total_s=round(total, 6), generated=generated,
-                        prefill_tok_s=round(length / ttft, 3),
-                        decode_tok_s=round((generated - 1) / decode, 3)
-                        if decode > 0 and generated > 1 else None))
-                n += 2
-                obs.cell_advanced(len(out.speed))
+        for level in spec.levels:
+            for length in lengths:
+                for replicate in range(spec.warmup + spec.replicates):
+                    base: dict[str, Any] = dict(replicate=replicate,
+                                                warmup=replicate < spec.warmup,
+                                                prompt_tokens=length, concurrency=level)
+                    short = [source.unique(length, n + i) for i in range(level)]
+                    long = [source.unique(length, n + level + i) for i in range(level)]
+                    n += 2 * level
+                    try:
+                        firsts, _ = _at_once(session, short, 1)
+                        fulls, wall = _at_once(session, long, spec.max_tokens)
+                    except EngineError as exc:
+                        out.speed.append(SpeedSample(**base, status="error", error=str(exc)))
+                    else:
+                        out.speed.append(_sample(base, firsts, fulls, wall, length))
+                    obs.cell_advanced(len(out.speed))
         session.finish(out)
+
+
+def _at_once(session: LoadSession, batch: list[list[int]], max_tokens: int
+             ) -> tuple[list[tuple[Generated, float]], float]:
+    """Each prompt's answer and latency, all sent at once; and the wall time of the whole.
+    One prompt is sent from this thread."""
+    t0 = time.monotonic()
+    if len(batch) == 1:
+        timed = [_timed(session, batch[0], max_tokens)]
+    else:
+        with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+            timed = list(pool.map(lambda ids: _timed(session, ids, max_tokens), batch))
+    return timed, time.monotonic() - t0
+
+
+def _sample(base: dict[str, Any], firsts: list[tuple[Generated, float]],
+            fulls: list[tuple[Generated, float]], wall: float, length: int) -> SpeedSample:
+    """One replicate: medians over the requests that were in flight together."""
+    ttft = statistics.median(t for _, t in firsts)
+    total = statistics.median(t for _, t in fulls)
+    generated = int(statistics.median(len(g.token_ids) for g, _ in fulls))
+    decode = total - ttft
+    return SpeedSample(
+        **base, achieved_prompt_tokens=firsts[0][0].prompt_tokens,
+        ttft_s=round(ttft, 6), total_s=round(total, 6), generated=generated,
+        prefill_tok_s=round(length / ttft, 3),
+        decode_tok_s=round((generated - 1) / decode, 3)
+        if decode > 0 and generated > 1 else None,
+        throughput_tok_s=round(sum(len(g.token_ids) for g, _ in fulls) / wall, 3)
+        if wall > 0 else None)

@@ -36,14 +36,15 @@ def _n(x: float | None) -> str:
 
 def speed_lines(arm: str, speed: Speed) -> list[str]:
     lines = [f"Speed of `{arm}` (mean of the kept replicates, 95 % bootstrap band):", "",
-             "| prompt tokens | replicates | decode tok/s | prefill tok/s | TTFT s |",
-             "| --- | --- | --- | --- | --- |"]
+             "| prompt tokens | in flight | replicates | decode tok/s | prefill tok/s | TTFT s |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for e in speed.per_length:
         cells = []
         for m in (e.decode_tok_s, e.prefill_tok_s, e.ttft_s):
             band = m.band95
             cells.append(f"{_n(m.mean)}" + (f" [{_n(band[0])}, {_n(band[1])}]" if band else ""))
-        lines.append(f"| {e.prompt_tokens} | {e.replicates} | " + " | ".join(cells) + " |")
+        lines.append(f"| {e.prompt_tokens} | {e.concurrency} | {e.replicates} | "
+                     + " | ".join(cells) + " |")
     return [*lines, ""]
 
 

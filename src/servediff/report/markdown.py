@@ -254,8 +254,8 @@ def protocol(setup: Setup) -> str:
     speed = probes.speed
     if speed.enabled:
         parts.append(f"speed at {speed.prompt_tokens} prompt tokens, {speed.max_tokens} "
-                     f"output tokens, {speed.warmup} warm-up + {speed.replicates} "
-                     "replicates per cost load")
+                     f"output tokens, {words.levels_text(speed.levels)}, {speed.warmup} warm-up "
+                     f"+ {speed.replicates} replicates per cost load")
     sweep = probes.sweep
     if sweep.enabled:
         parts.append(f"sweep from {sweep.start} tokens to the context and past it at "

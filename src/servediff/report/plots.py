@@ -123,11 +123,15 @@ def speed_vs_length(summary: Summary) -> str | None:
                                          ("ttft_s", "TTFT (s)")]
     fig, axes = plt.subplots(1, 3, figsize=(11, 3))
     for ax, (metric, label) in zip(axes, metrics, strict=True):
-        for arm, speed in speeds.items():
-            rows = [e for e in speed.per_length if e.metric(metric).mean is not None]
+        series = [(arm if level == 1 else f"{arm}, {level} at once",
+                   [e for e in speed.per_length if e.concurrency == level])
+                  for arm, speed in speeds.items()
+                  for level in sorted({e.concurrency for e in speed.per_length})]
+        for name, entries in series:
+            rows = [e for e in entries if e.metric(metric).mean is not None]
             xs = [e.prompt_tokens for e in rows]
             means = [e.metric(metric).mean for e in rows]
-            line = ax.plot(xs, means, marker="o", label=arm)[0]
+            line = ax.plot(xs, means, marker="o", label=name)[0]
             bands = [(x, band) for x, e in zip(xs, rows, strict=True)
                      if (band := e.metric(metric).band95)]
             if bands:

@@ -188,9 +188,23 @@ def survival_text(c: SurvivalClaim) -> str:
     return f"`{c.arm}` survived {tail} as single prompts{slowly}; {levels}"
 
 
+def in_flight(level: int) -> str:
+    return "one request at a time" if level == 1 else f"{level} requests at once"
+
+
+def levels_text(levels: list[int]) -> str:
+    """[1] -> "one request at a time"; [1, 4] -> "1 and 4 requests at a time"."""
+    if levels == [1]:
+        return in_flight(1)
+    if len(levels) == 1:
+        return in_flight(levels[0])
+    return f"{', '.join(map(str, levels[:-1]))} and {levels[-1]} requests at a time"
+
+
 def _speed_text(c: SpeedClaim) -> str:
     row = c.comparison
-    where = f"{METRIC_NAMES[row.metric]} at {row.prompt_tokens} prompt tokens"
+    where = f"{METRIC_NAMES[row.metric]} at {row.prompt_tokens} prompt tokens" + (
+        f", {row.concurrency} at once" if row.concurrency > 1 else "")
     if row.difference_band95 is None:
         return (f"{where}: not enough replicates for a noise band ({row.replicates[0]} and "
                 f"{row.replicates[1]})")
@@ -263,8 +277,10 @@ def claim_text(c: Claim) -> str:
     if isinstance(c, SpeedClaim):
         return _speed_text(c)
     if isinstance(c, TrendClaim):
-        return (f"`{c.arm}`: {METRIC_NAMES[c.trend.metric]} at {c.trend.prompt_tokens} tokens "
-                "moved in one direction over every replicate (thermal or cache artefact?)")
+        at_once = f", {c.trend.concurrency} at once" if c.trend.concurrency > 1 else ""
+        return (f"`{c.arm}`: {METRIC_NAMES[c.trend.metric]} at {c.trend.prompt_tokens} tokens"
+                f"{at_once} moved in one direction over every replicate "
+                "(thermal or cache artefact?)")
     if isinstance(c, CapacityClaim):
         return _capacity_text(c)
     if isinstance(c, FailureClaim):
@@ -299,7 +315,7 @@ def claim_regime(c: Claim) -> str:
         row = c.comparison
         if row.difference_band95 is None:
             return ""
-        return (f"{row.prompt_tokens} prompt tokens, one request at a time, "
+        return (f"{row.prompt_tokens} prompt tokens, {in_flight(row.concurrency)}, "
                 f"{row.replicates[0]}+{row.replicates[1]} replicates")
     if isinstance(c, CapacityClaim):
         if not (c.value_a and c.value_b):
@@ -322,7 +338,7 @@ def coverage_text(c: Coverage) -> str:
     parts = []
     if c.speed_lengths:
         parts.append(f"speed at {', '.join(str(n) for n in c.speed_lengths)} prompt tokens with "
-                     f"{c.speed_max_tokens} output tokens, one request at a time")
+                     f"{c.speed_max_tokens} output tokens, {levels_text(c.speed_levels)}")
     if c.sweep_top is not None:
         parts.append(f"prompts up to {c.sweep_top:,} tokens at concurrency "
                      f"{', '.join(str(x) for x in c.sweep_levels)}")
