@@ -244,7 +244,11 @@ def write_manifest(root: Path) -> None:
 
 def verify(root: Path) -> int:
     """Check every file against the manifest; raise naming each mismatch."""
-    manifest = read_versioned(Layout(root).manifest, MANIFEST_SCHEMA_VERSION)
+    layout = Layout(root)
+    if not layout.manifest.exists() and not layout.lock.exists():
+        raise BundleError(f"{root}: not a servediff run directory (no manifest.json, no "
+                          "plan.lock.json)")
+    manifest = read_versioned(layout.manifest, MANIFEST_SCHEMA_VERSION)
     recorded: dict[str, str] = manifest["files"]
     present = {str(p.relative_to(root)): p for p in _bundle_files(root)}
     problems = []

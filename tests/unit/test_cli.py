@@ -73,6 +73,13 @@ def test_compare_cli(tmp_path: Path):
     assert result["only_a"] == ["z"] and result["only_b"] == ["w"]
     text = servediff("compare", "a.json", "b.jsonl", cwd=tmp_path).stdout
     assert "compared 2 texts: 1 moved" in text and "only in A (1): z" in text
+    # CI can gate on it: 1 when a text moved, 0 when nothing did
+    gated = servediff("compare", "a.json", "b.jsonl", "--fail-on-moved", cwd=tmp_path)
+    assert gated.returncode == 1 and "1 moved" in gated.stdout
+    assert servediff("compare", "a.json", "b.jsonl", "--fail-on-moved", "--json",
+                     cwd=tmp_path).returncode == 1
+    assert servediff("compare", "a.json", "b.jsonl", "--fail-on-moved", "--threshold", "0.5",
+                     cwd=tmp_path).returncode == 0
     (tmp_path / "empty.json").write_text("[]")
     bad = servediff("compare", "a.json", "empty.json", cwd=tmp_path)
     assert bad.returncode == 2 and "empty.json: no usable rows" in bad.stderr
@@ -94,6 +101,11 @@ def test_rederive_verify_scores_on_a_fixture_bundle(tmp_path: Path):
     listed = servediff("scores", str(root), "--json").stdout
     rows = [json.loads(line) for line in listed.splitlines()]
     assert len(rows) == 16
+    for flag, value in (("--arm", "nosuch"), ("--load", "3")):
+        unmatched = servediff("scores", str(root), flag, value)
+        assert unmatched.returncode == 2 and "Traceback" not in unmatched.stderr
+        assert f"no score rows match {flag} {value}; the run has arms a, loads 1, 2, probes " \
+            "repeat, score" in unmatched.stderr
     assert {"arm", "load", "repeat", "tag", "token_ids", "sum_nll", "n_tokens"} <= set(rows[0])
     (root / "summary.json").write_text((root / "summary.json").read_text().replace("0.5", "0.25"))
     assert servediff("rederive", str(root)).returncode == 1
@@ -105,10 +117,12 @@ def test_rederive_verify_scores_on_a_fixture_bundle(tmp_path: Path):
     assert servediff("verify", str(root)).returncode == 1
 
 
-def test_not_a_run_directory(tmp_path: Path):
-    done = servediff("rederive", str(tmp_path))
+@pytest.mark.parametrize("command", ["rederive", "verify", "report", "scores"])
+def test_not_a_run_directory(tmp_path: Path, command: str):
+    done = servediff(command, str(tmp_path))
     assert done.returncode == 2
-    assert "not a servediff run directory" in done.stderr
+    assert f"{tmp_path}: not a servediff run directory" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_the_early_drift_table_never_stops_a_run(capsys):

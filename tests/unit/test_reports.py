@@ -111,3 +111,19 @@ def test_export_and_report_formats_from_the_cli(tmp_path: Path, capsys: pytest.C
     assert json.loads(printed[: printed.rindex("}") + 1])["verdict"]["pairs"]
     assert json.loads((root / "summary.json").read_text()) == \
         summarize(read_evidence(root)).model_dump(mode="json")
+
+
+def test_the_heat_map_paints_one_result_in_the_identical_colour(tmp_path: Path):
+    from servediff.report.plots import IDENTICAL, MORE_RESULTS, drift_heatmap
+    from tests.fixtures.bundles import cell, concurrency_cell, make_bundle
+
+    # c=2: all four agree with each other and not with the control: 2 results
+    outcomes = {(256, 1): ["h"] * 4, (256, 2): ["w"] * 4, (256, 4): ["h"] * 4}
+    cells = [cell("a", 1), cell("a", 1, "repeat", 1), concurrency_cell("a", 1, outcomes)]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a",), loads=1,
+                                                  concurrency=True)))
+    svg = drift_heatmap(summary)
+    assert svg is not None
+    fills = dict(re.findall(r'id="heat-0-256-(\d+-\d+)">\s*<path[^>]*style="fill: (#[0-9a-f]+)',
+                            svg))
+    assert fills == {"1-1": IDENTICAL, "2-2": MORE_RESULTS[0], "4-1": IDENTICAL}

@@ -10,6 +10,7 @@ from rich.table import Table
 from servediff.analysis.rows import score_rows
 from servediff.bundle import read_evidence
 from servediff.cli.console import out
+from servediff.errors import InputError
 
 
 @click.command()
@@ -21,12 +22,24 @@ from servediff.cli.console import out
 def scores(run_dir: Path, as_json: bool, arm: str | None, load: int | None,
            probe: str | None) -> None:
     """List arm, load, repeat, tag, token ids, sum NLL and token count per text."""
-    rows = score_rows(read_evidence(run_dir), arm, load, probe)
+    evidence = read_evidence(run_dir)
+    rows = score_rows(evidence, arm, load, probe)
+    if not rows and (arm, load, probe) != (None, None, None):
+        every = score_rows(evidence, None, None, None)
+        asked = ", ".join(f"--{k} {v}" for k, v in (("arm", arm), ("load", load),
+                                                     ("probe", probe)) if v is not None)
+        raise InputError(
+            f"{run_dir}: no score rows match {asked}; the run has arms "
+            f"{', '.join(dict.fromkeys(r.arm for r in every)) or 'none'}, loads "
+            f"{', '.join(str(n) for n in sorted({r.load for r in every})) or 'none'}, probes "
+            f"{', '.join(sorted({r.probe for r in every})) or 'none'}")
     if as_json:
         for row in rows:
             out.print(row.model_dump_json(), markup=False, highlight=False, soft_wrap=True)
         return
     table = Table("arm", "load", "probe", "repeat", "tag", "n_tokens", "sum_nll", "status")
+    for column in table.columns:  # a tag or a sum NLL is folded onto the next line, never cut
+        column.overflow = "fold"
     for row in rows:
         table.add_row(row.arm, str(row.load), row.probe, str(row.repeat), row.tag,
                       str(row.n_tokens), repr(row.sum_nll), row.status)

@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from servediff.analysis.findings import Metric, Summary
 from servediff.report.costs import survival_grid
@@ -25,6 +26,20 @@ plt.rcParams.update({"svg.hashsalt": "servediff", "font.size": 9,
 
 OUTCOMES = ["ok", "slow", "error", "hang", "timeout", "death", "not run"]
 OUTCOME_COLORS = ["#4c9a2a", "#9ccc65", "#e0a400", "#d4540f", "#8e3b0b", "#b00020", "#dddddd"]
+# One colour for "identical" in every plot: no dNLL, one distinct result, survived.
+IDENTICAL = "#4c9a2a"
+NOT_MEASURED = "#dddddd"
+# 2, 3, ... distinct results: redder with every result more (the last one repeats).
+MORE_RESULTS = ["#f4a582", "#e66a50", "#d6301f", "#b00020", "#7a0016"]
+
+
+def distinct_color(distinct: int) -> str:
+    """The heat-map colour of a cell with this many distinct results (0: not measured)."""
+    if distinct <= 0:
+        return NOT_MEASURED
+    if distinct == 1:
+        return IDENTICAL
+    return MORE_RESULTS[min(distinct - 2, len(MORE_RESULTS) - 1)]
 
 
 def _svg(fig: Figure) -> str:
@@ -59,7 +74,7 @@ def dnll_per_text(summary: Summary) -> str | None:
     for row, (_, deltas) in enumerate(series):
         xs = [tags.index(t) for t in deltas]
         values = list(deltas.values())
-        colors = ["#b00020" if v != 0 else "#4c9a2a" for v in values]
+        colors = ["#b00020" if v != 0 else IDENTICAL for v in values]
         ax.scatter(xs, [row] * len(xs), c=colors, s=[8 + min(abs(v) * 2e4, 120)
                                                      for v in values])
     ax.set_yticks(range(len(series)), [label for label, _ in series])
@@ -176,19 +191,25 @@ def drift_heatmap(summary: Summary) -> str | None:
             panels.append((f"{arm}: {kind}", grid.lengths, grid.levels, cells))
     if not panels:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 0.5, 2.8),
-                             squeeze=False)
-    top = max(max(c.values(), default=1) for *_, c in panels)
-    for ax, (title, lengths, levels, cells) in zip(axes[0], panels, strict=True):
-        values = [[cells.get((n, c), 0) for c in levels] for n in lengths]
-        ax.imshow(values, cmap="Reds", vmin=0, vmax=max(top, 2), aspect="auto")
-        for i, row in enumerate(values):
-            for j, v in enumerate(row):
-                ax.text(j, i, str(v) if v else "-", ha="center", va="center", fontsize=8)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 0.5, 3.0),
+                             squeeze=False, layout="constrained")
+    for p, (ax, (title, lengths, levels, cells)) in enumerate(zip(axes[0], panels,
+                                                                   strict=True)):
+        for i, n in enumerate(lengths):
+            for j, c in enumerate(levels):
+                v = cells.get((n, c), 0)
+                # one rectangle per cell, its colour in the SVG (gid: panel, length, level)
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=distinct_color(v),
+                                       edgecolor="white", gid=f"heat-{p}-{n}-{c}-{v}"))
+                ax.text(j, i, str(v) if v else "-", ha="center", va="center", fontsize=8,
+                        color="white" if v > 1 else "black")
+        ax.set_xlim(-0.5, len(levels) - 0.5)
+        ax.set_ylim(len(lengths) - 0.5, -0.5)
         ax.set_xticks(range(len(levels)), [f"c={c}" for c in levels])
         ax.set_yticks(range(len(lengths)), [str(n) for n in lengths])
         ax.set_title(title, fontsize=8)
-    fig.suptitle("Distinct results of identical requests (1 = no drift; c=1 is the control)")
+    fig.suptitle("Distinct results of identical requests (green 1: identical; above c=1 "
+                 "the control's result counts)", fontsize=9)
     return _svg(fig)
 
 
