@@ -31,7 +31,7 @@ from servediff.engines import registry
 from servediff.engines.base import EngineOptions
 from servediff.errors import PlanError
 from servediff.evidence import CachePolicy, RequestKind
-from servediff.validation import describe
+from servediff.validation import describe, suggest
 
 LOCK_SCHEMA_VERSION = 1
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]{0,39}$")
@@ -365,18 +365,39 @@ def load_plan_file(path: Path) -> tuple[Plan, Corpus]:
     return resolve_plan(raw, source=str(path), base_dir=path.parent)
 
 
+def model_problem(model: object, base_url: object, source: str, base_dir: Path) -> str | None:
+    local = base_url is None and isinstance(model, str) and model not in BUILTIN_MODELS
+    if local and not (base_dir / str(model)).expanduser().exists():
+        return (f"{source}: model: {model!r} is neither a built-in model "
+                f"({', '.join(BUILTIN_MODELS)}) nor an existing path"
+                + suggest(str(model), BUILTIN_MODELS))
+    return None
+
+
 def resolve_plan(raw: dict[str, Any], source: str, base_dir: Path) -> tuple[Plan, Corpus]:
+    """The plan and its corpus; every mistake found in the plan is named at once."""
+    problems: list[str] = []
     try:
-        plan = Plan.model_validate(raw)
+        plan: Plan | None = Plan.model_validate(raw)
     except ValidationError as exc:
-        raise PlanError(describe(exc, source)) from None
-    validate_engine(plan, source)
-    local = plan.base_url is None and plan.model not in BUILTIN_MODELS
-    if local and not (base_dir / plan.model).expanduser().exists():
-        raise PlanError(
-            f"{source}: model: {plan.model!r} is neither a built-in model "
-            f"({', '.join(BUILTIN_MODELS)}) nor an existing path"
-        )
+        problems.append(describe(exc, source, model=Plan))
+        plan = None
+    if plan is None:
+        # what can be checked without a valid plan is still checked
+        engine = raw.get("engine")
+        if isinstance(engine, str) and engine not in registry.ENGINES:
+            problems.append(unknown_engine(engine, source))
+        if problem := model_problem(raw.get("model"), raw.get("base_url"), source, base_dir):
+            problems.append(problem)
+        raise PlanError("\n".join(problems))
+    try:
+        validate_engine(plan, source)
+    except PlanError as exc:
+        problems.append(str(exc))
+    if problem := model_problem(plan.model, plan.base_url, source, base_dir):
+        problems.append(problem)
+    if problems:
+        raise PlanError("\n".join(problems))
     if plan.corpus.source == "file":
         if not plan.corpus.path:
             raise PlanError(f"{source}: corpus.path: required when corpus.source = \"file\"")
@@ -400,11 +421,15 @@ def arm_options(plan: Plan, arm: str) -> EngineOptions:
     return adapter.options_model.model_validate(merged)
 
 
+def unknown_engine(engine: str, source: str) -> str:
+    return (f"{source}: engine: unknown engine {engine!r}; known engines: {registry.known()}"
+            + suggest(engine, list(registry.ENGINES)))
+
+
 def validate_engine(plan: Plan, source: str) -> None:
     """Check the plan against its engine: options per arm, launch or external endpoint."""
     if plan.engine not in registry.ENGINES:
-        raise PlanError(f"{source}: engine: unknown engine {plan.engine!r}; "
-                        f"known engines: {registry.known()}")
+        raise PlanError(unknown_engine(plan.engine, source))
     adapter = registry.create(plan.engine)
     if "reload" in adapter.capabilities:
         if plan.base_url is not None:
@@ -424,15 +449,21 @@ def validate_engine(plan: Plan, source: str) -> None:
                 raise PlanError(f"{source}: arms.{name}: args and env need a server that "
                                 "servediff starts; an external endpoint takes options only")
     options_model = adapter.options_model
+    problems = []
     try:
         options_model.model_validate(plan.engine_options)
     except ValidationError as exc:
-        raise PlanError(describe(exc, source, "engine_options")) from None
+        problems.append(describe(exc, source, "engine_options", options_model))
     for name, arm in plan.arms.items():
-        try:
+        try:  # the arm's own options; the shared ones are named once, above
             options_model.model_validate({**plan.engine_options, **arm.options})
         except ValidationError as exc:
-            raise PlanError(describe(exc, source, f"arms.{name}.options")) from None
+            own = [e for e in exc.errors() if e["loc"] and e["loc"][0] in arm.options]
+            if own or not problems:
+                problems.append(describe(exc, source, f"arms.{name}.options", options_model,
+                                         only=own or None))
+    if problems:
+        raise PlanError("\n".join(problems))
 
 
 def lock(plan: Plan, corpus: Corpus) -> LockedPlan:

@@ -5,9 +5,13 @@
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
 from collections.abc import Sequence
+from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 
 def field_path(loc: Sequence[int | str], prefix: str = "") -> str:
@@ -26,13 +30,43 @@ _MESSAGES = {
 }
 
 
-def describe(exc: ValidationError, source: str, prefix: str = "") -> str:
-    """All errors of `exc`, one per line, each `source: field: message`."""
+def suggest(word: str, known: Sequence[str]) -> str:
+    """`; did you mean "x"?` for a near miss among `known`, else ""."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def keys_at(model: type[BaseModel] | None, loc: Sequence[int | str]) -> list[str]:
+    """The keys the model accepts at `loc` (a table inside it), or [] where it takes any."""
+    kind: object = model
+    for part in loc:
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            field = kind.model_fields.get(str(part))
+            kind = field.annotation if field else None
+        elif typing.get_origin(kind) is dict:
+            kind = typing.get_args(kind)[1]  # the value type of a named table
+        else:
+            return []
+        # X | None: the model inside
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(args) == 1:
+            kind = args[0]
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return list(kind.model_fields)
+    return []
+
+
+def describe(exc: ValidationError, source: str, prefix: str = "",
+             model: type[BaseModel] | None = None, only: Sequence[Any] | None = None) -> str:
+    """All errors of `exc` (or `only` these of them), one per line, each `source: field:
+    message`; an unknown key of `model` gets the nearest known one."""
     lines = []
-    for err in exc.errors():
+    for err in only if only is not None else exc.errors():
         loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
         msg = _MESSAGES.get(err["type"], err["msg"])
         if err["type"] == "literal_error":
             msg = err["msg"].replace("Input should be", "must be")
+        if err["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
+            msg += suggest(loc[-1], keys_at(model, loc[:-1]))
         lines.append(f"{source}: {field_path(loc, prefix)}: {msg}")
     return "\n".join(lines)

@@ -48,6 +48,31 @@ def test_bad_plan_exits_2_with_one_clear_line(tmp_path: Path, plan: str, expecte
     assert not (tmp_path / "out").exists()
 
 
+def test_a_plan_with_several_mistakes_names_them_all_with_near_misses(tmp_path: Path):
+    (tmp_path / "plan.toml").write_text(
+        'engine = "vlm"\nmodel = "smolm2"\nloads_per_armm = 2\n[arms.a]\n'
+        "[probes.speed]\nreplicats = 3\n")
+    done = servediff("run", "plan.toml", "--out", "out", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    for line in ("plan.toml: loads_per_armm: unknown key; did you mean 'loads_per_arm'?",
+                 "plan.toml: probes.speed.replicats: unknown key; did you mean 'replicates'?",
+                 "plan.toml: engine: unknown engine 'vlm'; known engines: llamacpp, openai, "
+                 "sglang, transformers, vllm; did you mean 'vllm'?",
+                 "plan.toml: model: 'smolm2' is neither a built-in model (smollm2) nor an "
+                 "existing path; did you mean 'smollm2'?"):
+        assert line in done.stderr
+    (tmp_path / "options.toml").write_text(
+        'engine = "transformers"\nmodel = "smollm2"\n[engine_options]\ndtyp = "auto"\n'
+        '[arms.a]\noptions = { attn_implementaton = "sdpa" }\n[arms.b]\n')
+    done = servediff("run", "options.toml", "--out", "out", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.count("unknown key") == 2  # the shared mistake once, not per arm
+    assert "engine_options.dtyp: unknown key; did you mean 'dtype'?" in done.stderr
+    assert ("arms.a.options.attn_implementaton: unknown key; did you mean "
+            "'attn_implementation'?") in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_non_writable_output_folder(tmp_path: Path):
     if os.geteuid() == 0:
         target = "/proc/servediff-out"  # not writable even for root
