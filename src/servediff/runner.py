@@ -121,6 +121,7 @@ class Runner:
         if not pending:
             room.observer.note("every cell of this plan is already measured; nothing to run")
             return
+        room.observer.run_starting(len(pending), sum(len(todo) for *_, todo in pending))
         model = resolve_model(room.plan, room.adapter, self.base_dir, room.observer.note)
         # Each arm's drift answer is shown as soon as its drift loads are done, and the
         # whole drift answer before the cost loads: the cost loads take longer.
@@ -186,6 +187,9 @@ class Runner:
 
 class SilentObserver:
     """An Observer that shows nothing (benchmarks, tests, library use)."""
+
+    def run_starting(self, loads: int, cells: int) -> None:
+        pass
 
     def note(self, message: str) -> None:
         pass

@@ -266,3 +266,31 @@ def test_speed_at_a_level_above_one_keeps_one_sample_per_replicate_with_throughp
     summary = summarize(read_evidence(root))
     assert [(e.concurrency, e.replicates) for e in summary.costs["a"].speed.per_length] == [
         (1, 2), (3, 2)]
+
+
+def test_a_run_without_a_terminal_prints_plain_lines_with_position_and_eta(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    import re
+
+    from servediff.cli.progress import RichObserver
+
+    p = plan(tmp_path, cost_loads_per_arm=1, quiet={"gate_cost": False}, probes={
+        "repeat": {"count": 0}, "concurrency": {"enabled": False},
+        "generate": {"enabled": False}, "sweep": {"enabled": False},
+        "prefix": {"enabled": False}, "speed": {"prompt_tokens": [8], "max_tokens": 2,
+                                                "replicates": 1, "levels": [1]}})
+    launcher = FakeLauncher()
+    with RichObserver() as observer:  # stderr is captured here: not a terminal
+        assert observer.plain
+        Runner(p, TEXTS, tmp_path / "run", tmp_path, observer, launcher=launcher,
+               clients=launcher.client).run()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "6 loads and 6 cells to measure"
+    done = [line for line in lines if ": done in " in line]
+    assert len(done) == 6
+    for i, line in enumerate(done, start=1):
+        # after cell i: the next cell's position, the load it is in, elapsed and what is left
+        assert re.match(rf"\[cell {min(i + 1, 6)} of 6, load \d of 6, \d+:\d\d elapsed, "
+                        r"about \d+:\d\d left\] \S+: done in \d+\.\ds$", line), line
+    assert any(re.match(r"\[cell 5 of 6, load 5 of 6, .*\] a cost load 1: cold start$", x)
+               for x in lines), lines

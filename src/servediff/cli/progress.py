@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from rich.console import RenderableType
@@ -23,6 +24,10 @@ def _load(arm: str, load: int, phase: Phase) -> str:
 
 
 class RichObserver:
+    """Progress on the terminal: a bar per load and cell and one for the whole run (its
+    position and ETA). Where stderr is not a terminal (a log file, nohup, CI) the bars
+    cannot redraw, so every step is a plain line instead, each with its position and ETA."""
+
     def __init__(self, on_drift: Callable[[], RenderableType] | None = None) -> None:
         # the drift table so far: shown when an arm's drift loads are done
         self.on_drift = on_drift
@@ -30,33 +35,70 @@ class RichObserver:
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=err, transient=False,
         )
+        self.plain = not err.is_terminal
         self._task: TaskID | None = None
         self._loading: TaskID | None = None
+        self._overall: TaskID | None = None
+        self.loads = self.cells = 0  # to measure in this run
+        self.load_no = self.cells_done = 0
+        self.started = time.monotonic()
 
     def __enter__(self) -> RichObserver:
-        self.progress.start()
+        if not self.plain:
+            self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
+
+    def run_starting(self, loads: int, cells: int) -> None:
+        self.loads, self.cells, self.started = loads, cells, time.monotonic()
+        self.say(f"{loads} loads and {cells} cells to measure")
+        if not self.plain:
+            self._overall = self.progress.add_task(f"whole run: {self.position()}", total=cells)
+
+    def position(self) -> str:
+        """`cell 7 of 26, load 3 of 8, 4:10 elapsed, about 9:30 left`."""
+        elapsed = time.monotonic() - self.started
+        text = (f"cell {min(self.cells_done + 1, self.cells)} of {self.cells}, load "
+                f"{self.load_no} of {self.loads}, {clock(elapsed)} elapsed")
+        if self.cells_done:
+            left = elapsed / self.cells_done * (self.cells - self.cells_done)
+            text += f", about {clock(left)} left"
+        return text
+
+    def say(self, line: str) -> None:
+        """A plain progress line (only where the bars cannot be drawn)."""
+        if self.plain:
+            self.progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def note(self, message: str) -> None:
         self.progress.console.print(f"[dim]{message}[/dim]", markup=True, highlight=False)
 
     def load_starting(self, arm: str, load: int, attempt: int, phase: Phase) -> None:
         again = f" (attempt {attempt})" if attempt > 1 else ""
-        self._loading = self.progress.add_task(f"{_load(arm, load, phase)}: cold start{again}",
-                                               total=None)
+        if attempt == 1:
+            self.load_no += 1
+        if self._overall is not None:
+            self.progress.update(self._overall, description=f"whole run: {self.position()}")
+        self.say(f"[{self.position()}] {_load(arm, load, phase)}: cold start{again}")
+        if not self.plain:
+            self._loading = self.progress.add_task(
+                f"{_load(arm, load, phase)} ({self.load_no}/{self.loads}): cold start{again}",
+                total=None)
 
     def load_ready(self, arm: str, load: int, seconds: float, phase: Phase) -> None:
+        self.say(f"[{self.position()}] {_load(arm, load, phase)}: ready in {seconds:.1f}s")
         if self._loading is not None:
             self.progress.update(self._loading, total=1, completed=1,
-                                 description=f"{_load(arm, load, phase)}: ready in "
-                                 f"{seconds:.1f}s")
+                                 description=f"{_load(arm, load, phase)} ({self.load_no}/"
+                                 f"{self.loads}): ready in {seconds:.1f}s")
             self._loading = None
 
     def cell_starting(self, name: str, total: int) -> None:
-        self._task = self.progress.add_task(f"  {name}", total=total)
+        self.say(f"[{self.position()}] {name}: {total} steps")
+        if not self.plain:
+            self._task = self.progress.add_task(f"  {name}", total=total)
 
     def cell_advanced(self, done: int) -> None:
         if self._task is not None:
@@ -81,6 +123,18 @@ class RichObserver:
                       "; the whole verdict follows at the end[/dim]", markup=True)
 
     def cell_finished(self, name: str, seconds: float) -> None:
+        self.cells_done += 1
+        if self._overall is not None:
+            self.progress.update(self._overall, completed=self.cells_done,
+                                 description=f"whole run: {self.position()}")
+        self.say(f"[{self.position()}] {name}: done in {seconds:.1f}s")
         if self._task is not None:
             self.progress.update(self._task, description=f"  {name} ({seconds:.1f}s)")
             self._task = None
+
+
+def clock(seconds: float) -> str:
+    """12:05 (minutes:seconds), or 1:02:05 past an hour."""
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
