@@ -73,6 +73,32 @@ def test_a_plan_with_several_mistakes_names_them_all_with_near_misses(tmp_path: 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_big_new_run_from_a_script_needs_yes_and_every_run_says_its_size(tmp_path: Path):
+    from servediff.probes import protocol_size
+
+    # engine, model and two arms: the full default protocol
+    (tmp_path / "big.toml").write_text(
+        'engine = "transformers"\nmodel = "smollm2"\n[arms.a]\n'
+        '[arms.b]\noptions = { attn_implementation = "eager" }\n')
+    done = subprocess.run([sys.executable, "-m", "servediff", "run", "big.toml", "--out",
+                           "out"], capture_output=True, text=True, cwd=tmp_path, check=False,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "protocol: 8 loads, 26 cells, about 1,584 requests" in done.stderr
+    assert "big.toml: about 1,584 requests in 26 cells, more than 1,000" in done.stderr
+    assert "pass --yes to start it" in done.stderr and not (tmp_path / "out").exists()
+    # the count is the probes' own: the demo plan stays under the bar
+    import tomllib
+    from importlib import resources
+
+    from servediff.plan import resolve_plan
+    demo, corpus = resolve_plan(tomllib.loads(resources.files("servediff.plans").joinpath(
+        "demo.toml").read_text()), "demo.toml", tmp_path)
+    size = protocol_size(demo, len(corpus.texts))
+    assert (size.loads, size.cells, size.context) == (8, 22, 2048)
+    assert 0 < size.requests <= 1000
+
+
 def test_non_writable_output_folder(tmp_path: Path):
     if os.geteuid() == 0:
         target = "/proc/servediff-out"  # not writable even for root

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from importlib import resources
 from pathlib import Path
@@ -14,8 +15,11 @@ from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence
 from servediff.cli.console import err, out
 from servediff.cli.progress import RichObserver
+from servediff.corpus import Corpus
 from servediff.derived import write_derived
-from servediff.plan import load_plan_file, resolve_plan
+from servediff.errors import InputError
+from servediff.plan import Plan, load_plan_file, resolve_plan
+from servediff.probes import protocol_size
 from servediff.report.table import drift_table, run_view
 from servediff.runner import Runner
 
@@ -29,7 +33,27 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def execute(plan_source: Path | None, out_dir: Path | None) -> None:
+# A new run that sends more requests than this is started from a script (standard input
+# not a terminal) only with --yes: the default protocol on a CPU is a job of hours.
+ASK_ABOVE_REQUESTS = 1000
+
+
+def announce(plan: Plan, corpus: Corpus, root: Path, yes: bool, source: str) -> None:
+    """Say the protocol's size before anything starts; refuse a big new run from a script
+    unless --yes says it is meant."""
+    size = protocol_size(plan, len(corpus.texts))
+    err.print(f"protocol: {size.loads} loads, {size.cells} cells, about {size.requests:,} "
+              f"requests (the sweep counted up to a context of {size.context:,} tokens; "
+              "the engine reports its own)", highlight=False)
+    if (size.requests > ASK_ABOVE_REQUESTS and not yes and not root.exists()
+            and not sys.stdin.isatty()):
+        raise InputError(
+            f"{source}: about {size.requests:,} requests in {size.cells} cells, more than "
+            f"{ASK_ABOVE_REQUESTS:,}: on a CPU that is hours. Set smaller probes in the plan "
+            "(docs/costs.md), or pass --yes to start it")
+
+
+def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False) -> None:
     if plan_source is None:
         import tomllib
 
@@ -40,6 +64,7 @@ def execute(plan_source: Path | None, out_dir: Path | None) -> None:
         plan, corpus = load_plan_file(plan_source)
         base = plan_source.parent
     root = out_dir or _default_out(plan.name)
+    announce(plan, corpus, root, yes, plan_source.name if plan_source else "demo")
     err.print(f"run directory: {root}  (run the same command with --out {root} to resume)")
     t0 = time.monotonic()
     signal.signal(signal.SIGTERM, _interrupt)
@@ -66,9 +91,11 @@ def execute(plan_source: Path | None, out_dir: Path | None) -> None:
 @click.argument("plan", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               help="run directory (default runs/<plan name>-<time>); an existing one resumes")
-def run(plan: Path, out_dir: Path | None) -> None:
+@click.option("--yes", is_flag=True,
+              help=f"start a run of more than {ASK_ABOVE_REQUESTS:,} requests from a script")
+def run(plan: Path, out_dir: Path | None, yes: bool) -> None:
     """Run PLAN (TOML): cold loads per arm, raw evidence, summary and report."""
-    execute(plan, out_dir)
+    execute(plan, out_dir, yes)
 
 
 @click.command()

@@ -7,6 +7,8 @@ anything long can hurt the engine, and the sweep, which may kill it, last.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from servediff.evidence import Phase
 from servediff.plan import Plan
 from servediff.probes.base import Probe
@@ -16,7 +18,7 @@ from servediff.probes.prefix import Prefix
 from servediff.probes.score import Score
 from servediff.probes.speed import Speed
 from servediff.probes.sweep import Sweep
-from servediff.schedule import CellSpec
+from servediff.schedule import CellSpec, schedule
 
 ORDER: tuple[Probe, ...] = (Score(), Concurrency(), Generate(), Speed(), Prefix(), Sweep())
 BY_NAME: dict[str, Probe] = {name: probe for probe in ORDER for name in probe.names}
@@ -25,3 +27,25 @@ BY_NAME: dict[str, Probe] = {name: probe for probe in ORDER for name in probe.na
 def cells_of_load(plan: Plan, arm: str, load: int, phase: Phase = "drift") -> list[CellSpec]:
     return [cell for probe in ORDER if probe.phase == phase
             for cell in probe.cells(plan, arm, load)]
+
+
+@dataclass(frozen=True)
+class Size:
+    """A protocol's size: loads, cells and about how many requests they send."""
+
+    loads: int
+    cells: int
+    requests: int
+    # the context assumed for the sweep (the engine reports its own once it runs)
+    context: int
+
+
+def protocol_size(plan: Plan, texts: int, context: int | None = None) -> Size:
+    """The whole plan's size; `context` defaults to the plan's max_model_len, else 8,192."""
+    if context is None:
+        given = plan.engine_options.get("max_model_len")
+        context = given if isinstance(given, int) else 8192
+    loads = schedule(plan)
+    cells = [cell for arm, load, phase in loads for cell in cells_of_load(plan, arm, load, phase)]
+    requests = sum(BY_NAME[c.probe].requests(plan, texts, context, c) for c in cells)
+    return Size(loads=len(loads), cells=len(cells), requests=requests, context=context)

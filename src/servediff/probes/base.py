@@ -30,3 +30,8 @@ class Probe(ABC):
     @abstractmethod
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
         """Measure `cell` in the session's load and write it (or raise EngineError)."""
+
+    @abstractmethod
+    def requests(self, plan: Plan, texts: int, context: int, cell: CellSpec) -> int:
+        """About how many requests `cell` sends, for a corpus of `texts` and an engine
+        context of `context` tokens (known only once the engine runs: an assumption)."""

@@ -39,6 +39,10 @@ class Concurrency(Probe):
         return [CellSpec(arm, load, "concurrency", 0)] if spec.enabled and (
             spec.loads is None or load in spec.loads) else []
 
+    def requests(self, plan: Plan, texts: int, context: int, cell: CellSpec) -> int:
+        spec = plan.probes.concurrency
+        return len(spec.kinds) * len(spec.lengths) * len(spec.levels) * spec.requests
+
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
         spec = session.plan.probes.concurrency
         adapter, client, options = session.adapter, session.engine, session.options

@@ -24,6 +24,10 @@ class Generate(Probe):
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         return [CellSpec(arm, load, "generate", 0)] if plan.probes.generate.enabled else []
 
+    def requests(self, plan: Plan, texts: int, context: int, cell: CellSpec) -> int:
+        spec = plan.probes.generate
+        return min(spec.texts, texts) * spec.repeats
+
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
         spec = session.plan.probes.generate
         tags = [t.tag for t in session.room.corpus.texts][: spec.texts]

@@ -27,6 +27,9 @@ class Prefix(Probe):
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         return [CellSpec(arm, load, "prefix", 0, "cost")] if plan.probes.prefix.enabled else []
 
+    def requests(self, plan: Plan, texts: int, context: int, cell: CellSpec) -> int:
+        return plan.probes.prefix.requests + 1
+
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
         spec = session.plan.probes.prefix
         context = session.context_length

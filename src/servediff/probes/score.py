@@ -65,6 +65,9 @@ class Score(Probe):
                 *(CellSpec(arm, load, "repeat", r) for r in range(1, repeat.count + 1)),
                 *(CellSpec(arm, load, "batch", b) for b in repeat.batch_sizes)]
 
+    def requests(self, plan: Plan, texts: int, context: int, cell: CellSpec) -> int:
+        return -(-texts // cell.repeat) if cell.probe == "batch" else texts
+
     @staticmethod
     def order(session: LoadSession, cell: CellSpec) -> list[str]:
         tags = [t.tag for t in session.room.corpus.texts]

@@ -42,6 +42,11 @@ class Speed(Probe):
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         return [CellSpec(arm, load, "speed", 0, "cost")] if plan.probes.speed.enabled else []
 
+    def requests(self, plan: Plan, texts: int, context: int, cell: CellSpec) -> int:
+        spec = plan.probes.speed
+        return (len(spec.prompt_tokens) * (spec.warmup + spec.replicates)
+                * sum(2 * level for level in spec.levels))
+
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
         spec = session.plan.probes.speed
         source = prompts.Prompts(session.stream)

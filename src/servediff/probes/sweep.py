@@ -131,6 +131,9 @@ class Sweep(Probe):
         path = session.room.layout.progress(cell.name)
         return read_record(path, Cell) if path.exists() else None
 
+    def requests(self, plan: Plan, texts: int, context: int, cell: CellSpec) -> int:
+        return sum(level for _, level in points(plan.probes.sweep, context))
+
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
         spec = session.plan.probes.sweep
         layout, obs, proc = session.room.layout, session.room.observer, session.proc
