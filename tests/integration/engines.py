@@ -80,22 +80,31 @@ CONCURRENCY = ("[probes.concurrency]\nenabled = true\nlengths = [64, 512]\nlevel
 
 
 def check_concurrency_table(run: Path, arm: str, kinds: list[str]) -> dict:
-    """The summary's request x length x concurrency table, recomputed from the raw hashes."""
+    """The summary's request x length x concurrency table, recomputed from the raw hashes:
+    above level 1 the control's (level-1) result counts as one of the distinct results,
+    and `off_control` counts the responses that are not it."""
     from collections import Counter
 
     summary = json.loads((run / "summary.json").read_text())
     conc = summary["arms"][arm]["concurrency"]
     expected: dict[tuple[str, int, int], dict[str, int]] = {}
     for path in sorted((run / "cells").glob(f"{arm}-load*-concurrency.json")):
-        for group in json.loads(path.read_text())["groups"]:
+        groups = json.loads(path.read_text())["groups"]
+        control = {(g["kind"], g["length"]): {r["hash"] for r in g["responses"]}
+                   for g in groups if g["level"] == 1}
+        for group in groups:
             hashes = Counter(r["hash"] for r in group["responses"] if r["status"] == "ok")
             assert all(r["status"] == "ok" for r in group["responses"]), group
+            alone = control.get((group["kind"], group["length"]), set())
+            alone = alone if group["level"] > 1 and len(alone) == 1 else set()
             entry = expected.setdefault((group["kind"], group["length"], group["level"]),
-                                        {"distinct": 0, "off_majority": 0})
-            entry["distinct"] = max(entry["distinct"], len(hashes))
+                                        {"distinct": 0, "off_majority": 0, "off_control": 0})
+            entry["distinct"] = max(entry["distinct"], len(set(hashes) | alone))
             entry["off_majority"] += sum(hashes.values()) - hashes.most_common(1)[0][1]
+            entry["off_control"] += sum(n for h, n in hashes.items() if alone and h not in alone)
     got = {(e["kind"], e["length"], e["level"]): {"distinct": e["distinct"],
-                                                  "off_majority": e["off_majority"]}
+                                                  "off_majority": e["off_majority"],
+                                                  "off_control": e["off_control"]}
            for e in conc["table"]["cells"]}
     assert got == expected
     assert sorted({k for k, _, _ in got}) == sorted(kinds)
