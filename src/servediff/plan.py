@@ -71,6 +71,13 @@ class RepeatProbe(Strict):
     loads: list[Annotated[int, Field(ge=1)]] | None = None
 
 
+def distinct_sorted(values: list[int], if_empty: str) -> list[int]:
+    """A list setting that needs one value at least, kept sorted and without repeats."""
+    if not values:
+        raise ValueError(if_empty)
+    return sorted(set(values))
+
+
 class ConcurrencyProbe(Strict):
     """Identical requests at concurrency 1 (the control) and above, per prompt length.
 
@@ -108,9 +115,7 @@ class ConcurrencyProbe(Strict):
     @field_validator("lengths")
     @classmethod
     def _lengths(cls, lengths: list[int]) -> list[int]:
-        if not lengths:
-            raise ValueError("needs at least one prompt length")
-        return sorted(set(lengths))
+        return distinct_sorted(lengths, "needs at least one prompt length")
 
 
 class GenerateProbe(Strict):
@@ -146,9 +151,7 @@ class SpeedProbe(Strict):
     @field_validator("levels")
     @classmethod
     def _levels(cls, levels: list[int]) -> list[int]:
-        if not levels:
-            raise ValueError("needs at least one level (1: one request at a time)")
-        return sorted(set(levels))
+        return distinct_sorted(levels, "needs at least one level (1: one request at a time)")
 
 
 class SweepProbe(Strict):
