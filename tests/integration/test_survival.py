@@ -111,7 +111,10 @@ def test_every_point_is_measured_and_failures_are_named(run: Path):
     assert all(p["achieved_ok"] for k, p in outcome["stock"].items() if k != (2560, 1))
     for arm, kind in (("dies", "death"), ("hangs", "hang")):
         for key, p in outcome[arm].items():
-            assert p["outcome"] == (kind if key[0] > 1100 else "ok"), (arm, key, p)
+            # below the fault these arms are healthy engines: on a busy machine a short
+            # prompt may also answer after the 8 s timeout (slow), never die or hang
+            want = (kind,) if key[0] > 1100 else ("ok", "slow")
+            assert p["outcome"] in want, (arm, key, p)
     death = outcome["dies"][(2047, 1)]
     assert death["signal"] == "SIGABRT" and death["returncode"] == -6
     assert "fragile: a prompt of 2047 tokens; aborting" in death["log_tail"]
