@@ -30,6 +30,15 @@ def _nvml() -> Iterator[Any]:
         pynvml.nvmlShutdown()
 
 
+def names() -> list[str]:
+    """The GPUs NVML sees here (empty without NVML or a GPU)."""
+    with _nvml() as nvml:
+        if nvml is None:
+            return []
+        return [str(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)))
+                for i in range(nvml.nvmlDeviceGetCount())]
+
+
 def memory_by_pid(pids: set[int]) -> dict[int, int] | None:
     """MiB of device memory each of `pids` holds on any GPU; None without NVML."""
     with _nvml() as nvml:

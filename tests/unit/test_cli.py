@@ -85,6 +85,7 @@ def test_a_big_new_run_from_a_script_needs_yes_and_every_run_says_its_size(tmp_p
                           timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "protocol: 8 loads, 26 cells, about 1,584 requests" in done.stderr
+    assert "rough estimate: about " in done.stderr and "135 M parameters" in done.stderr
     assert "big.toml: about 1,584 requests in 26 cells, more than 1,000" in done.stderr
     assert "pass --yes to start it" in done.stderr and not (tmp_path / "out").exists()
     # the count is the probes' own: the demo plan stays under the bar
@@ -94,7 +95,7 @@ def test_a_big_new_run_from_a_script_needs_yes_and_every_run_says_its_size(tmp_p
     from servediff.plan import resolve_plan
     demo, corpus = resolve_plan(tomllib.loads(resources.files("servediff.plans").joinpath(
         "demo.toml").read_text()), "demo.toml", tmp_path)
-    size = protocol_size(demo, len(corpus.texts))
+    size = protocol_size(demo, corpus)
     assert (size.loads, size.cells, size.context) == (8, 22, 2048)
     assert 0 < size.requests <= 1000
 
@@ -196,3 +197,62 @@ def test_the_early_drift_table_never_stops_a_run(capsys):
     err = capsys.readouterr().err
     assert "WHOLE TABLE" in err and "the cost loads come next" in err
     assert "Drift so far" not in err
+
+
+@pytest.mark.parametrize("engine", ["transformers", "vllm", "llamacpp", "sglang"])
+def test_init_writes_a_plan_that_validates_with_its_size_and_estimate(tmp_path: Path,
+                                                                      engine: str):
+    import tomllib
+
+    from servediff.plan import load_plan_file
+    from servediff.probes import protocol_size
+
+    done = servediff("init", engine, "smollm2", "--out", "plans/mine.toml", "--size", "small",
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / "plans" / "mine.toml"
+    plan, corpus = load_plan_file(path)
+    assert (plan.name, plan.engine, plan.model, list(plan.arms)) == (
+        "mine", engine, "smollm2", ["baseline", "candidate"])
+    assert plan.arms["baseline"] != plan.arms["candidate"]
+    size = protocol_size(plan, corpus)
+    text = path.read_text()
+    header = " ".join(line[1:].strip() for line in text.splitlines() if line.startswith("#"))
+    assert (f"protocol: {size.loads} loads, {size.cells} cells, about {size.requests:,} "
+            "requests") in header and "rough estimate: about " in header
+    # small: the demo's grids; full: the defaults
+    assert tomllib.loads(text)["probes"]["speed"]["prompt_tokens"] == [512]
+    again = servediff("init", engine, "smollm2", "--out", "plans/mine.toml", cwd=tmp_path)
+    assert again.returncode == 2 and "exists; pass --force" in again.stderr
+    full = servediff("init", engine, "smollm2", "--out", "full.toml", "--size", "full",
+                     cwd=tmp_path)
+    assert full.returncode == 0, full.stderr
+    assert load_plan_file(tmp_path / "full.toml")[0].probes.speed.prompt_tokens == [512, 2048]
+
+
+def test_init_writes_a_model_path_as_seen_from_the_plan(tmp_path: Path):
+    from servediff.plan import load_plan_file
+
+    model = tmp_path / "models" / "tiny"
+    model.mkdir(parents=True)
+    (model / "model.gguf").write_bytes(b"\0" * 4096)
+    done = servediff("init", "llamacpp", "models/tiny/model.gguf", "--out", "plans/p.toml",
+                     "--size", "small", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    plan, _ = load_plan_file(tmp_path / "plans" / "p.toml")
+    assert plan.model == "../models/tiny/model.gguf"
+    # its size read from the file: 4,096 bytes at 2 bytes a parameter
+    assert "0 M parameters (its weight files' size at 2 bytes a parameter)" in done.stderr
+    wrong = servediff("init", "vllm", "models/none", "--out", "v.toml", cwd=tmp_path)
+    assert wrong.returncode == 2 and "neither a built-in model" in wrong.stderr
+    assert not (tmp_path / "v.toml").exists()
+
+
+def test_engines_wraps_its_cells_on_a_narrow_terminal_instead_of_cutting_them():
+    done = subprocess.run([sys.executable, "-m", "servediff", "engines"], capture_output=True,
+                          text=True, check=False, timeout=120, env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout
+    joined = "".join(line.split("│")[3].strip() for line in done.stdout.splitlines()
+                     if line.count("│") == 6)
+    assert "servediff.engines.hf_server" in joined

@@ -127,3 +127,47 @@ def test_the_heat_map_paints_one_result_in_the_identical_colour(tmp_path: Path):
     fills = dict(re.findall(r'id="heat-0-256-(\d+-\d+)">\s*<path[^>]*style="fill: (#[0-9a-f]+)',
                             svg))
     assert fills == {"1-1": IDENTICAL, "2-2": MORE_RESULTS[0], "4-1": IDENTICAL}
+
+
+def test_curves_with_the_same_values_share_one_line_that_names_them_all(tmp_path: Path):
+    from servediff.report.plots import comparisons, dnll_magnitude, overlaid
+
+    drawn = overlaid([("a", {"x": 0.0, "y": 0.0}), ("b", {"y": 0.0, "x": 0.0}),
+                      ("c", {"x": 1e-3, "y": 0.0})])
+    assert drawn == [("a; b (2 identical curves)", [0.0, 0.0]), ("c", [1e-3, 0.0])]
+    summary = summarize(read_evidence(north_star(tmp_path / "run")))
+    svg = dnll_magnitude(summary)
+    assert svg is not None
+    assert svg.count('id="curve-') == len(overlaid(comparisons(summary, repeats=False)))
+
+
+def test_speed_at_one_length_is_labelled_bars_on_axes_from_zero(tmp_path: Path):
+    from matplotlib.container import BarContainer
+
+    from servediff.report.plots import speed_figure
+
+    summary = summarize(read_evidence(north_star(tmp_path / "run")))
+    assert {e.prompt_tokens for c in summary.costs.values() if c.speed
+            for e in c.speed.per_length} == {512}
+    fig = speed_figure(summary)
+    assert fig is not None
+    for ax in fig.axes:
+        bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+        assert len(bars) == 1 and len(bars[0]) == 2  # one bar per arm
+        assert ax.get_ylim()[0] == 0
+        labels = [t.get_text() for t in ax.texts]
+        assert len(labels) == 2 and all(labels)
+    assert "512 prompt tokens" in fig.get_suptitle()
+
+
+def test_report_html_renders_emphasis_and_links_evidence_files():
+    from servediff.report.html import markdown_to_html
+
+    page = markdown_to_html(
+        "- cost: x `a_b` _(covers: 512 prompt tokens)_ [cells/a-cost1-speed.json, "
+        "cells/b-cost1-speed.json] snake_case stays\n\n_a whole line_\n")
+    assert "<em>(covers: 512 prompt tokens)</em>" in page and "_(" not in page
+    assert '<a href="cells/a-cost1-speed.json">cells/a-cost1-speed.json</a>' in page
+    assert '<a href="cells/b-cost1-speed.json">' in page
+    assert "<code>a_b</code>" in page and "snake_case stays" in page
+    assert "<p><em>a whole line</em></p>" in page

@@ -16,6 +16,7 @@ from servediff.cli import (
     compare,
     engines,
     export,
+    init,
     rederive,
     report,
     run,
@@ -33,7 +34,7 @@ def cli() -> None:
     """Reproducibility and flag-cost audits for LLM serving stacks."""
 
 
-for command in (run.demo, run.run, rederive.rederive, verify.verify, report.report,
+for command in (run.demo, init.init, run.run, rederive.rederive, verify.verify, report.report,
                 scores.scores, compare.compare, engines.engines, scrub.scrub, export.export):
     cli.add_command(command)
 

@@ -25,4 +25,6 @@ def engines() -> None:
             adapter.locate() or "[red]not found[/red]",
             adapter.caveat or "",
         )
+    for column in table.columns:  # a narrow terminal wraps a cell, never cuts it
+        column.overflow = "fold"
     out.print(table)

@@ -18,6 +18,7 @@ from servediff.cli.progress import RichObserver
 from servediff.corpus import Corpus
 from servediff.derived import write_derived
 from servediff.errors import InputError
+from servediff.estimate import describe, estimate
 from servediff.plan import Plan, load_plan_file, resolve_plan
 from servediff.probes import protocol_size
 from servediff.report.table import drift_table, run_view
@@ -38,13 +39,15 @@ def _interrupt(signum: int, frame: object) -> None:
 ASK_ABOVE_REQUESTS = 1000
 
 
-def announce(plan: Plan, corpus: Corpus, root: Path, yes: bool, source: str) -> None:
-    """Say the protocol's size before anything starts; refuse a big new run from a script
-    unless --yes says it is meant."""
-    size = protocol_size(plan, len(corpus.texts))
+def announce(plan: Plan, corpus: Corpus, root: Path, base: Path, yes: bool,
+             source: str) -> None:
+    """Say the protocol's size and a rough duration before anything starts; refuse a big
+    new run from a script unless --yes says it is meant."""
+    size = protocol_size(plan, corpus)
     err.print(f"protocol: {size.loads} loads, {size.cells} cells, about {size.requests:,} "
               f"requests (the sweep counted up to a context of {size.context:,} tokens; "
               "the engine reports its own)", highlight=False)
+    err.print(describe(estimate(plan, size, base)), highlight=False)
     if (size.requests > ASK_ABOVE_REQUESTS and not yes and not root.exists()
             and not sys.stdin.isatty()):
         raise InputError(
@@ -64,7 +67,7 @@ def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False) -
         plan, corpus = load_plan_file(plan_source)
         base = plan_source.parent
     root = out_dir or _default_out(plan.name)
-    announce(plan, corpus, root, yes, plan_source.name if plan_source else "demo")
+    announce(plan, corpus, root, base, yes, plan_source.name if plan_source else "demo")
     err.print(f"run directory: {root}  (run the same command with --out {root} to resume)")
     t0 = time.monotonic()
     signal.signal(signal.SIGTERM, _interrupt)

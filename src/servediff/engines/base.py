@@ -98,6 +98,9 @@ class EngineAdapter(ABC):
     default_command: ClassVar[list[str]] = []
     # Said wherever the engine is listed, e.g. that it never ran against the real thing.
     caveat: ClassVar[str | None] = None
+    # A typical cold start in seconds, for the rough duration estimate before a run
+    # (estimate.py); the load records hold the measured ones.
+    typical_start_s: ClassVar[float] = 60.0
     # The option that switches the engine's prefix cache (True on, False off: the drift
     # default, None: as the engine and the arm's args leave it), and what each state is
     # called in the load record. None: the engine has no prefix cache.

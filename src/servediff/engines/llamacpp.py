@@ -84,6 +84,8 @@ def parse_position(body: Any) -> tuple[Position, int | None]:
 
 class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
+    # healthy well under a second after start for SmolLM2 on a CPU
+    typical_start_s = 2.0
     capabilities: ClassVar[frozenset[str]] = frozenset(
         {"score", "generate", "capacity", "version", "reload"}
     )

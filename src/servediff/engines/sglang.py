@@ -77,6 +77,8 @@ class SglangOptions(EngineOptions):
 
 class SglangAdapter(EngineAdapter):
     name = "sglang"
+    # not measured here (SGLang never ran on our machines): vLLM's, as a guess
+    typical_start_s = 90.0
     capabilities: ClassVar[frozenset[str]] = frozenset(
         {"score", "generate", "capacity", "version", "reload"}
     )

@@ -41,6 +41,9 @@ class TransformersOptions(EngineOptions):
 
 class TransformersAdapter(CompletionsAdapter):
     name = "transformers"
+    # 3-5 s for SmolLM2-135M on a 2-core CPU (the demo), 12-19 s for a 1.7B model on an
+    # H200 (docs/validation/h200-transformers-cost)
+    typical_start_s = 10.0
     capabilities: ClassVar[frozenset[str]] = frozenset({"score", "generate", "version", "reload"})
     options_model = TransformersOptions
     default_command: ClassVar[list[str]] = [

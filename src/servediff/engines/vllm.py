@@ -65,6 +65,8 @@ def kv_from_metrics(text: str) -> dict[str, Any]:
 
 class VllmAdapter(CompletionsAdapter):
     name = "vllm"
+    # torch.compile and CUDA graphs at start: about a minute and a half, CPU or GPU
+    typical_start_s = 90.0
     capabilities: ClassVar[frozenset[str]] = frozenset(
         {"score", "generate", "capacity", "version", "metrics", "reload"}
     )

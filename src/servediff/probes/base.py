@@ -9,12 +9,27 @@ the cell's probe name (`probes/__init__.py`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from servediff.evidence import Phase, ProbeName
 from servediff.plan import Plan
 from servediff.schedule import CellSpec
 from servediff.session import LoadSession
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a cell asks of the engine: requests, prompt tokens sent, tokens generated."""
+
+    requests: int
+    prompt_tokens: int
+    new_tokens: int
+
+    def __add__(self, other: Work) -> Work:
+        return Work(self.requests + other.requests, self.prompt_tokens + other.prompt_tokens,
+                    self.new_tokens + other.new_tokens)
 
 
 class Probe(ABC):
@@ -32,6 +47,7 @@ class Probe(ABC):
         """Measure `cell` in the session's load and write it (or raise EngineError)."""
 
     @abstractmethod
-    def requests(self, plan: Plan, texts: int, context: int, cell: CellSpec) -> int:
-        """About how many requests `cell` sends, for a corpus of `texts` and an engine
-        context of `context` tokens (known only once the engine runs: an assumption)."""
+    def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
+        """About what `cell` asks of the engine, for a corpus of texts of about these token
+        counts and an engine context of `context` tokens (known only once the engine runs:
+        an assumption)."""

@@ -13,12 +13,13 @@ reason in the cell.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from servediff.evidence import Group, RequestKind, Response, Skipped
 from servediff.plan import Plan
 from servediff.probes import requests
-from servediff.probes.base import Probe
+from servediff.probes.base import Probe, Work
 from servediff.schedule import CellSpec
 from servediff.session import LoadSession
 
@@ -39,9 +40,13 @@ class Concurrency(Probe):
         return [CellSpec(arm, load, "concurrency", 0)] if spec.enabled and (
             spec.loads is None or load in spec.loads) else []
 
-    def requests(self, plan: Plan, texts: int, context: int, cell: CellSpec) -> int:
+    def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
         spec = plan.probes.concurrency
-        return len(spec.kinds) * len(spec.lengths) * len(spec.levels) * spec.requests
+        per_length = len(spec.levels) * spec.requests
+        new = spec.max_tokens if "generate" in spec.kinds else 0
+        return Work(requests=len(spec.kinds) * len(spec.lengths) * per_length,
+                    prompt_tokens=len(spec.kinds) * per_length * sum(spec.lengths),
+                    new_tokens=new * len(spec.lengths) * per_length)
 
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
         spec = session.plan.probes.concurrency

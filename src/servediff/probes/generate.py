@@ -8,11 +8,12 @@ neighbours. Analysis compares them within the load, across loads and arms.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from servediff.evidence import Group
 from servediff.plan import Plan
 from servediff.probes import requests
-from servediff.probes.base import Probe
+from servediff.probes.base import Probe, Work
 from servediff.schedule import CellSpec
 from servediff.session import LoadSession
 
@@ -24,9 +25,12 @@ class Generate(Probe):
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         return [CellSpec(arm, load, "generate", 0)] if plan.probes.generate.enabled else []
 
-    def requests(self, plan: Plan, texts: int, context: int, cell: CellSpec) -> int:
+    def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
         spec = plan.probes.generate
-        return min(spec.texts, texts) * spec.repeats
+        prompts = [min(n, spec.prompt_tokens) for n in texts[: spec.texts]]
+        return Work(requests=len(prompts) * spec.repeats,
+                    prompt_tokens=sum(prompts) * spec.repeats,
+                    new_tokens=len(prompts) * spec.repeats * spec.max_tokens)
 
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
         spec = session.plan.probes.generate

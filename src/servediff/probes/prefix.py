@@ -10,12 +10,13 @@ starts with, so its first request finds nothing cached (prompts.py).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from servediff.errors import EngineError
 from servediff.evidence import PrefixSample
 from servediff.plan import Plan
 from servediff.probes import prompts
-from servediff.probes.base import Probe
+from servediff.probes.base import Probe, Work
 from servediff.schedule import CellSpec
 from servediff.session import LoadSession
 
@@ -27,8 +28,15 @@ class Prefix(Probe):
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         return [CellSpec(arm, load, "prefix", 0, "cost")] if plan.probes.prefix.enabled else []
 
-    def requests(self, plan: Plan, texts: int, context: int, cell: CellSpec) -> int:
-        return plan.probes.prefix.requests + 1
+    def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
+        spec = plan.probes.prefix
+        size = min(spec.prefix_tokens or min(4096, context // 2),
+                   context - spec.question_tokens - 1)
+        # the first request is a warm-up of the prefix; a cache spares the later ones'
+        # prefixes, which the estimate does not count on
+        return Work(requests=spec.requests + 1,
+                    prompt_tokens=(spec.requests + 1) * (size + spec.question_tokens),
+                    new_tokens=spec.requests + 1)
 
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
         spec = session.plan.probes.prefix

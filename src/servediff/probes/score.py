@@ -13,14 +13,14 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from servediff import atomic
 from servediff.engines.base import Scored
 from servediff.errors import EngineError
 from servediff.evidence import Record
 from servediff.plan import Plan
-from servediff.probes.base import Probe
+from servediff.probes.base import Probe, Work
 from servediff.schedule import CellSpec
 from servediff.session import LoadSession
 
@@ -65,8 +65,9 @@ class Score(Probe):
                 *(CellSpec(arm, load, "repeat", r) for r in range(1, repeat.count + 1)),
                 *(CellSpec(arm, load, "batch", b) for b in repeat.batch_sizes)]
 
-    def requests(self, plan: Plan, texts: int, context: int, cell: CellSpec) -> int:
-        return -(-texts // cell.repeat) if cell.probe == "batch" else texts
+    def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
+        requests = -(-len(texts) // cell.repeat) if cell.probe == "batch" else len(texts)
+        return Work(requests=requests, prompt_tokens=sum(texts), new_tokens=0)
 
     @staticmethod
     def order(session: LoadSession, cell: CellSpec) -> list[str]:

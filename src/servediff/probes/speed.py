@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,7 +25,7 @@ from servediff.errors import EngineError
 from servediff.evidence import SpeedSample
 from servediff.plan import Plan
 from servediff.probes import prompts
-from servediff.probes.base import Probe
+from servediff.probes.base import Probe, Work
 from servediff.schedule import CellSpec
 from servediff.session import LoadSession
 
@@ -42,10 +43,13 @@ class Speed(Probe):
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         return [CellSpec(arm, load, "speed", 0, "cost")] if plan.probes.speed.enabled else []
 
-    def requests(self, plan: Plan, texts: int, context: int, cell: CellSpec) -> int:
+    def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
         spec = plan.probes.speed
-        return (len(spec.prompt_tokens) * (spec.warmup + spec.replicates)
-                * sum(2 * level for level in spec.levels))
+        # per length and replicate, `level` requests for one token and `level` for max_tokens
+        sent = (spec.warmup + spec.replicates) * sum(spec.levels)
+        return Work(requests=2 * sent * len(spec.prompt_tokens),
+                    prompt_tokens=2 * sent * sum(spec.prompt_tokens),
+                    new_tokens=sent * len(spec.prompt_tokens) * (spec.max_tokens + 1))
 
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
         spec = session.plan.probes.speed

@@ -24,7 +24,7 @@ so no prefix cache can shorten a long prompt.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +38,7 @@ from servediff.errors import EngineError, EngineRequestError
 from servediff.evidence import Cell, Skipped, SweepPoint
 from servediff.plan import Plan, SweepProbe
 from servediff.probes import prompts
-from servediff.probes.base import Probe
+from servediff.probes.base import Probe, Work
 from servediff.schedule import CellSpec
 from servediff.session import LoadSession
 
@@ -131,8 +131,11 @@ class Sweep(Probe):
         path = session.room.layout.progress(cell.name)
         return read_record(path, Cell) if path.exists() else None
 
-    def requests(self, plan: Plan, texts: int, context: int, cell: CellSpec) -> int:
-        return sum(level for _, level in points(plan.probes.sweep, context))
+    def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
+        sent = points(plan.probes.sweep, context)
+        return Work(requests=sum(level for _, level in sent),
+                    prompt_tokens=sum(length * level for length, level in sent),
+                    new_tokens=sum(level for _, level in sent))
 
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
         spec = session.plan.probes.sweep

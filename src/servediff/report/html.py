@@ -29,11 +29,25 @@ code { background: #f4f4f4; padding: 0 3px; }
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 
+# a file of the bundle named in the report: a link to it (report.html lies at the root)
+EVIDENCE_PATH = re.compile(
+    r"(?<![\w/.])((?:cells|loads|logs|partial)/[\w.\-/]+\.(?:json|jsonl|log|txt))")
+
+
 def _inline(text: str) -> str:
-    """Escaped text with the report's inline Markdown: `code` and **bold**."""
-    out = html.escape(text)
-    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
-    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", out)
+    """Escaped text with the report's inline Markdown: `code`, **bold**, _emphasis_, and
+    links to the bundle's files named outside code."""
+    parts = re.split(r"(`[^`]+`)", text)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            out.append(f"<code>{html.escape(part[1:-1])}</code>")
+            continue
+        part = html.escape(part)
+        part = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", part)
+        part = re.sub(r"(?<!\w)_(?=\S)(.+?)(?<=\S)_(?!\w)", r"<em>\1</em>", part)
+        out.append(EVIDENCE_PATH.sub(r'<a href="\1">\1</a>', part))
+    return "".join(out)
 
 
 def markdown_to_html(markdown: str) -> str:
@@ -65,7 +79,7 @@ def markdown_to_html(markdown: str) -> str:
             level = len(m.group(1))
             out.append(f"<h{level}>{_inline(m.group(2))}</h{level}>")
         elif line.strip():
-            out.append(f"<p>{_inline(line.strip('_'))}</p>")
+            out.append(f"<p>{_inline(line)}</p>")
     flush()
     return "\n".join(out)
 

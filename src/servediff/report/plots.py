@@ -8,17 +8,19 @@ string, so the same summary always gives the same bytes.
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Callable
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from servediff.analysis.findings import Metric, Summary
+from servediff.analysis.findings import Metric, SpeedAtLength, Summary
 from servediff.report.costs import survival_grid
 
 plt.rcParams.update({"svg.hashsalt": "servediff", "font.size": 9,
@@ -84,21 +86,32 @@ def dnll_per_text(summary: Summary) -> str | None:
     return _svg(fig)
 
 
+def overlaid(series: list[tuple[str, dict[str, float]]]) -> list[tuple[str, list[float]]]:
+    """Each distinct curve of sorted |dNLL| once, labelled with every comparison that
+    draws it: a line exactly on top of another would hide it."""
+    curves: dict[tuple[float, ...], list[str]] = {}
+    for label, deltas in series:
+        key = tuple(sorted((abs(v) for v in deltas.values()), reverse=True))
+        curves.setdefault(key, []).append(label)
+    return [(labels[0] if len(labels) == 1 else
+             f"{'; '.join(labels)} ({len(labels)} identical curves)", list(values))
+            for values, labels in curves.items()]
+
+
 def dnll_magnitude(summary: Summary) -> str | None:
-    """|dNLL| per text on a log scale, one line per comparison."""
+    """|dNLL| per text on a log scale, one line per comparison (one per distinct curve)."""
     series = comparisons(summary, repeats=False)
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(9, 3))
-    for label, deltas in series:
-        values = sorted((abs(v) for v in deltas.values()), reverse=True)
+    for i, (label, values) in enumerate(overlaid(series)):
         ax.plot(range(1, len(values) + 1), [v if v > 0 else 1e-12 for v in values],
-                marker="o", markersize=3, label=label)
+                marker="o", markersize=3, label=textwrap.fill(label, 90), gid=f"curve-{i}")
     ax.set_yscale("log")
     ax.set_xlabel("texts, largest |dNLL| first")
     ax.set_ylabel("|dNLL| (nats; 1e-12 = identical)")
     ax.legend(fontsize=7)
-    ax.set_title("How far texts moved")
+    ax.set_title("How far texts moved (comparisons with the same values share a line)")
     return _svg(fig)
 
 
@@ -129,38 +142,86 @@ def survival_map(summary: Summary) -> str | None:
     return _svg(fig)
 
 
+SPEED_METRICS: list[tuple[Metric, str]] = [("decode_tok_s", "decode tok/s"),
+                                           ("prefill_tok_s", "prefill tok/s"),
+                                           ("ttft_s", "TTFT (s)")]
+
+
+def short(value: float) -> str:
+    """A bar's label: 1,688, 43.2, 0.304."""
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+
+
+def speed_series(summary: Summary) -> list[tuple[str, list[SpeedAtLength]]]:
+    """(arm, or arm and level above 1; its entries by prompt length)."""
+    return [(arm if level == 1 else f"{arm}, {level} at once",
+             [e for e in cost.speed.per_length if e.concurrency == level])
+            for arm, cost in summary.costs.items() if cost.speed
+            for level in sorted({e.concurrency for e in cost.speed.per_length})]
+
+
 def speed_vs_length(summary: Summary) -> str | None:
-    speeds = {arm: c.speed for arm, c in summary.costs.items() if c.speed}
-    if not speeds:
+    fig = speed_figure(summary)
+    return None if fig is None else _svg(fig)
+
+
+def speed_figure(summary: Summary) -> Figure | None:
+    """Speed per arm: lines over prompt length, or labelled bars when one length was
+    measured. Rates and latencies start at zero, so a gap looks as large as it is."""
+    series = speed_series(summary)
+    if not series:
         return None
-    metrics: list[tuple[Metric, str]] = [("decode_tok_s", "decode tok/s"),
-                                         ("prefill_tok_s", "prefill tok/s"),
-                                         ("ttft_s", "TTFT (s)")]
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3))
-    for ax, (metric, label) in zip(axes, metrics, strict=True):
-        series = [(arm if level == 1 else f"{arm}, {level} at once",
-                   [e for e in speed.per_length if e.concurrency == level])
-                  for arm, speed in speeds.items()
-                  for level in sorted({e.concurrency for e in speed.per_length})]
-        for name, entries in series:
-            rows = [e for e in entries if e.metric(metric).mean is not None]
-            xs = [e.prompt_tokens for e in rows]
-            means = [e.metric(metric).mean for e in rows]
-            line = ax.plot(xs, means, marker="o", label=name)[0]
-            bands = [(x, band) for x, e in zip(xs, rows, strict=True)
-                     if (band := e.metric(metric).band95)]
-            if bands:
-                ax.fill_between([x for x, _ in bands], [b[0] for _, b in bands],
-                                [b[1] for _, b in bands], alpha=0.25, color=line.get_color())
-                if len(bands) == 1:
-                    x, b = bands[0]
-                    ax.errorbar([x], [(b[0] + b[1]) / 2], yerr=[[(b[1] - b[0]) / 2]],
-                                color=line.get_color(), capsize=4)
-        ax.set_xlabel("prompt tokens")
+    lengths = sorted({e.prompt_tokens for _, entries in series for e in entries})
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), layout="constrained")
+    for ax, (metric, label) in zip(axes, SPEED_METRICS, strict=True):
+        if len(lengths) == 1:
+            _speed_bars(ax, series, metric)
+        else:
+            _speed_lines(ax, series, metric)
+            ax.set_xlabel("prompt tokens")
+        ax.set_ylim(bottom=0)
         ax.set_title(label)
-    axes[0].legend(fontsize=7)
-    fig.suptitle("Speed vs prompt length (mean, 95 % bootstrap band)")
-    return _svg(fig)
+    if len(lengths) > 1:
+        axes[0].legend(fontsize=7)
+        fig.suptitle("Speed vs prompt length (mean, 95 % bootstrap band)")
+    else:
+        fig.suptitle(f"Speed at {lengths[0]:,} prompt tokens (mean, 95 % bootstrap band)")
+    return fig
+
+
+def _speed_lines(ax: Axes, series: list[tuple[str, list[SpeedAtLength]]], metric: Metric) -> None:
+    for name, entries in series:
+        rows = [(e, mean) for e in entries if (mean := e.metric(metric).mean) is not None]
+        xs = [e.prompt_tokens for e, _ in rows]
+        line = ax.plot(xs, [mean for _, mean in rows], marker="o", label=name)[0]
+        bands = [(x, band) for x, (e, _) in zip(xs, rows, strict=True)
+                 if (band := e.metric(metric).band95)]
+        if bands:
+            ax.fill_between([x for x, _ in bands], [b[0] for _, b in bands],
+                            [b[1] for _, b in bands], alpha=0.25, color=line.get_color())
+
+
+def _speed_bars(ax: Axes, series: list[tuple[str, list[SpeedAtLength]]], metric: Metric) -> None:
+    names, means, errors = [], [], []
+    for name, entries in series:
+        summary = entries[0].metric(metric) if entries else None
+        if summary is None or summary.mean is None:
+            continue
+        band = summary.band95
+        names.append(name)
+        means.append(summary.mean)
+        errors.append((summary.mean - band[0], band[1] - summary.mean) if band else (0, 0))
+    arms = list(dict.fromkeys(n.split(",")[0] for n in names))
+    colors = [f"C{arms.index(n.split(',')[0])}" for n in names]
+    bars = ax.bar(range(len(names)), means, color=colors,
+                  yerr=[[e[0] for e in errors], [e[1] for e in errors]], capsize=4)
+    for name, bar in zip(names, bars, strict=True):
+        bar.set_gid(f"speed-{metric}-{name}")
+    ax.bar_label(bars, [short(m) for m in means], fontsize=7, label_type="center",
+                 color="white")
+    ax.set_xticks(range(len(names)), [textwrap.fill(n, 14) for n in names], fontsize=7)
 
 
 def capacity_bars(summary: Summary) -> str | None:
@@ -218,6 +279,6 @@ PLOTS: dict[str, tuple[str, Callable[[Summary], str | None]]] = {
     "dnll-magnitude": ("How far texts moved", dnll_magnitude),
     "drift-heatmap": ("Drift by prompt length x concurrency", drift_heatmap),
     "survival-map": ("Survival map", survival_map),
-    "speed": ("Speed vs prompt length", speed_vs_length),
+    "speed": ("Speed per arm", speed_vs_length),
     "capacity": ("Capacity per arm", capacity_bars),
 }

@@ -1,0 +1,138 @@
+"""A rough duration estimate for a plan, before anything starts.
+
+The probes say what each cell asks of the engine (requests, prompt tokens,
+generated tokens: `probes.protocol_size`); this module turns that into time
+with reference rates measured by servediff itself, scaled by the model's
+parameter count, plus each engine's typical cold start per load and the
+quiet-box looks. It is a rough guide, never a measurement: engines differ by
+several times on one device, concurrency overlaps requests, long prompts cost
+more than linearly, and the estimate counts none of that. While a run goes
+on, its progress lines give a time left from the run's own cells instead.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from servediff import gpu
+from servediff.engines import registry
+from servediff.plan import BUILTIN_MODELS, Plan
+from servediff.probes import Size
+
+# SmolLM2-135M, the built-in model
+SMOLLM2_PARAMETERS = 134_515_008
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Reference throughput of the embedded engine on one kind of device."""
+
+    device: str
+    prefill_tok_s: float
+    decode_tok_s: float
+    # the model size they were measured at; prefill is scaled by parameters on both
+    # kinds of device, decode only on a CPU (where memory bandwidth bounds it; the
+    # embedded engine's decode on a GPU is bound by its per-token overhead)
+    parameters: int
+    source: str
+
+
+# `servediff demo` on a 2-core AMD EPYC (AVX-512 BF16), bfloat16: the sdpa arm's speed
+# cells at 512 prompt tokens, one request at a time (1,688 tok/s prefill; decode 35 and
+# 41 tok/s in the two arms), 2026-12-01.
+CPU = Rates("CPU", prefill_tok_s=1690.0, decode_tok_s=38.0, parameters=SMOLLM2_PARAMETERS,
+            source="the demo on a 2-core CPU, bf16")
+# docs/validation/h200-transformers-cost: bf16 arm, 4,096 prompt tokens, NVIDIA H200.
+GPU = Rates("GPU", prefill_tok_s=46_675.0, decode_tok_s=54.6, parameters=1_711_000_000,
+            source="docs/validation/h200-transformers-cost, an H200, bf16")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    device: str
+    parameters: int
+    basis: str
+
+
+def _safetensors_parameters(path: Path) -> int:
+    with path.open("rb") as fh:
+        (length,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(length))
+    total = 0
+    for name, entry in header.items():
+        if name != "__metadata__":
+            count = 1
+            for dim in entry["shape"]:
+                count *= int(dim)
+            total += count
+    return total
+
+
+def model_parameters(model: str, base_dir: Path) -> tuple[int, str] | None:
+    """The model's parameter count and how it was found; None where it cannot be known
+    before the model loads."""
+    if model in BUILTIN_MODELS:
+        return SMOLLM2_PARAMETERS, "the built-in SmolLM2-135M"
+    path = (base_dir / model).expanduser()
+    files = [path] if path.is_file() else sorted(path.glob("*")) if path.is_dir() else []
+    tensors = [f for f in files if f.suffix == ".safetensors"]
+    try:
+        if tensors:
+            counted = sum(_safetensors_parameters(f) for f in tensors)
+            return counted, "read from its safetensors headers"
+        weights = [f for f in files if f.suffix in (".gguf", ".bin", ".pt", ".pth")]
+        if weights:
+            size = sum(f.stat().st_size for f in weights)
+            return size // 2, "its weight files' size at 2 bytes a parameter"
+    except (OSError, ValueError, KeyError, struct.error):
+        return None
+    return None
+
+
+def on_gpu(plan: Plan) -> bool:
+    """Whether the plan's engine will most likely compute on a GPU here."""
+    device = plan.engine_options.get("device")
+    if isinstance(device, str) and device.startswith("cpu"):
+        return False
+    return bool(gpu.names())
+
+
+def estimate(plan: Plan, size: Size, base_dir: Path) -> Estimate | str:
+    """The estimate, or why there is none."""
+    found = model_parameters(plan.model, base_dir)
+    if found is None:
+        return "no duration estimate: the model's size is not known before it loads"
+    parameters, how = found
+    rates = GPU if on_gpu(plan) else CPU
+    scale = parameters / rates.parameters
+    decode = rates.decode_tok_s / (scale if rates is CPU else 1.0)
+    compute = size.prompt_tokens / (rates.prefill_tok_s / scale) + size.new_tokens / decode
+    start = registry.create(plan.engine).typical_start_s
+    cost_loads = plan.cost_loads_per_arm * len(plan.arms)
+    gated = (cost_loads if plan.quiet.gate_cost else 0) + (
+        size.loads - cost_loads if plan.quiet.gate_drift else 0)
+    seconds = size.loads * start + gated * plan.quiet.window_s + compute
+    basis = (f"{parameters / 1e6:,.0f} M parameters ({how}) on the {rates.device}, at rates "
+             f"from {rates.source}, and a {start:.0f} s start per load")
+    return Estimate(seconds=seconds, device=rates.device, parameters=parameters, basis=basis)
+
+
+def describe(found: Estimate | str) -> str:
+    if isinstance(found, str):
+        return found
+    return (f"rough estimate: about {duration(found.seconds)} ({found.basis}; engines differ "
+            "by several times on one device; the progress lines give the time left from "
+            "this run's own cells)")
+
+
+def duration(seconds: float) -> str:
+    """4 min, 1.5 h: the precision a rough estimate deserves."""
+    if seconds < 90:
+        return f"{max(1, round(seconds / 10) * 10)} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
