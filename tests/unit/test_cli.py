@@ -160,7 +160,10 @@ def test_rederive_verify_scores_on_a_fixture_bundle(tmp_path: Path):
             "repeat, score" in unmatched.stderr
     assert {"arm", "load", "repeat", "tag", "token_ids", "sum_nll", "n_tokens"} <= set(rows[0])
     (root / "summary.json").write_text((root / "summary.json").read_text().replace("0.5", "0.25"))
-    assert servediff("rederive", str(root)).returncode == 1
+    changed = servediff("rederive", str(root))
+    # it names the first keys that differ, with the stored and the re-derived value
+    assert changed.returncode == 1
+    assert "arms.a.across_load[0].max_abs_delta: 0.25 -> 0.5" in changed.stderr
     failed = servediff("verify", str(root))
     assert failed.returncode == 1 and "summary.json: sha256 does not match" in failed.stderr
     # report must not re-hash (and so hide) a changed file
@@ -180,23 +183,38 @@ def test_not_a_run_directory(tmp_path: Path, command: str):
 def test_the_early_drift_table_never_stops_a_run(capsys):
     from servediff.cli.progress import RichObserver
 
-    def broken() -> str:
+    def broken(done: list[str]) -> str:
         raise ValueError("no score cell yet")
 
     with RichObserver(on_drift=broken) as observer:
         observer.drift_finished(["a"], ["b"])  # a note, not an exception
     err = capsys.readouterr().err
     assert "drift table not shown yet: no score cell yet" in err
-    with RichObserver(on_drift=lambda: "DRIFT TABLE") as observer:
+    with RichObserver(on_drift=lambda done: f"DRIFT TABLE OF {done}") as observer:
         observer.drift_finished(["b"], ["a"])
     err = capsys.readouterr().err
     assert "the drift loads of b are done; those of a are not all measured yet" in err
-    assert "DRIFT TABLE" in err and "more drift loads come next" in err
-    with RichObserver(on_drift=lambda: "WHOLE TABLE") as observer:
+    assert "DRIFT TABLE OF ['b']" in err and "more drift loads come next" in err
+    with RichObserver(on_drift=lambda done: "WHOLE TABLE") as observer:
         observer.drift_finished(["a", "b"], [])
     err = capsys.readouterr().err
     assert "WHOLE TABLE" in err and "the cost loads come next" in err
     assert "Drift so far" not in err
+
+
+def test_the_early_drift_table_shows_only_the_arms_whose_drift_loads_are_done(tmp_path: Path):
+    from servediff.analysis.summary import summarize
+    from servediff.bundle import read_evidence
+    from servediff.cli.run import only_arms
+
+    # b has one of its two drift loads: its signature would come from one load
+    root = make_bundle(tmp_path / "run", [cell("a", 1), cell("a", 2, shifts={"beta": 0.5}),
+                                         cell("b", 1)], arms=("a", "b"))
+    summary = summarize(read_evidence(root))
+    assert set(summary.arms) == {"a", "b"} and summary.arm_shifts
+    shown = only_arms(summary, ["a"])
+    assert set(shown.arms) == {"a"} and shown.arm_shifts == []
+    assert shown.arms["a"] == summary.arms["a"]
 
 
 @pytest.mark.parametrize("engine", ["transformers", "vllm", "llamacpp", "sglang"])

@@ -28,8 +28,8 @@ class RichObserver:
     position and ETA). Where stderr is not a terminal (a log file, nohup, CI) the bars
     cannot redraw, so every step is a plain line instead, each with its position and ETA."""
 
-    def __init__(self, on_drift: Callable[[], RenderableType] | None = None) -> None:
-        # the drift table so far: shown when an arm's drift loads are done
+    def __init__(self, on_drift: Callable[[list[str]], RenderableType] | None = None) -> None:
+        # the drift table of the arms whose drift loads are done: shown as each finishes
         self.on_drift = on_drift
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -108,7 +108,7 @@ class RichObserver:
         if self.on_drift is None:
             return
         try:
-            table = self.on_drift()
+            table = self.on_drift(done)
         except Exception as exc:  # a view must never stop a measurement
             self.note(f"drift table not shown yet: {exc}")
             return

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 from rich.console import RenderableType
 
+from servediff.analysis.findings import Summary
 from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence
 from servediff.cli.console import err, out
@@ -56,6 +57,14 @@ def announce(plan: Plan, corpus: Corpus, root: Path, base: Path, yes: bool,
             "(docs/costs.md), or pass --yes to start it")
 
 
+def only_arms(summary: Summary, arms: list[str]) -> Summary:
+    """The summary of these arms alone: an arm whose drift loads are not all measured yet
+    would show a signature from some of its loads."""
+    return summary.model_copy(update={
+        "arms": {a: data for a, data in summary.arms.items() if a in arms},
+        "arm_shifts": [s for s in summary.arm_shifts if s.arm_a in arms and s.arm_b in arms]})
+
+
 def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False) -> None:
     if plan_source is None:
         import tomllib
@@ -75,8 +84,8 @@ def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False) -
     # ignored, and Python then leaves it ignored; an interrupt must still stop and record.
     signal.signal(signal.SIGINT, _interrupt)
     try:
-        def drift_so_far() -> RenderableType:
-            return drift_table(summarize(read_evidence(root)))
+        def drift_so_far(done: list[str]) -> RenderableType:
+            return drift_table(only_arms(summarize(read_evidence(root)), done))
 
         with RichObserver(on_drift=drift_so_far) as observer:
             Runner(plan, corpus, root, base, observer).run()
