@@ -281,6 +281,17 @@ class LaunchSpec(Strict):
         return command
 
 
+class ScaleSpec(Strict):
+    """Where the loads run: here one at a time, or on a Ray cluster (`run --ray`)."""
+
+    # None: here. "auto": the Ray cluster this machine belongs to (RAY_ADDRESS), else a new
+    # local one; or an address ("ray://host:10001", "host:6379").
+    ray: str | None = None
+    # What one load reserves on its node: CPU slots and GPUs (vLLM with TP=2: 2)
+    cpus_per_load: Annotated[float, Field(gt=0)] = 1.0
+    gpus_per_load: Annotated[float, Field(ge=0)] = 0.0
+
+
 class Plan(Strict):
     name: str = "unnamed"
     engine: str
@@ -303,6 +314,11 @@ class Plan(Strict):
     # Cells of one comparison come from one machine; true lets a run resume on another
     # (both hosts are then named beside the numbers).
     cross_machine: bool = False
+    # Groups of arms compared with each other, each with its first arm as the baseline
+    # (default: one group of every arm). Arms of different groups are never compared, so
+    # on a cluster each group may run on a node of its own.
+    comparisons: list[list[str]] | None = None
+    scale: ScaleSpec = ScaleSpec()
 
     @field_validator("arms")
     @classmethod
@@ -316,6 +332,28 @@ class Plan(Strict):
                     "starting with a letter or digit"
                 )
         return arms
+
+    @model_validator(mode="after")
+    def _comparisons(self) -> Plan:
+        if self.comparisons is None:
+            return self
+        seen: list[str] = [a for group in self.comparisons for a in group]
+        unknown = sorted(set(seen) - set(self.arms))
+        if unknown:
+            raise ValueError(f"comparisons: no such arm {', '.join(map(repr, unknown))}; "
+                             f"the arms are {', '.join(self.arms)}")
+        twice = sorted({a for a in seen if seen.count(a) > 1})
+        left = [a for a in self.arms if a not in seen]
+        if twice or left or not all(self.comparisons):
+            raise ValueError(
+                "comparisons: every arm in exactly one non-empty group"
+                + (f"; in more than one: {', '.join(twice)}" if twice else "")
+                + (f"; in none: {', '.join(left)}" if left else ""))
+        return self
+
+    def groups(self) -> list[list[str]]:
+        """The comparisons, each with its baseline first (default: every arm, one group)."""
+        return [list(g) for g in self.comparisons] if self.comparisons else [list(self.arms)]
 
     @model_validator(mode="after")
     def _probe_loads(self) -> Plan:
@@ -342,8 +380,14 @@ class LockedPlan(BaseModel):
 
 def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
     # JSON objects are unordered once sorted; the arm order (A before B) is kept apart.
+    # Where the loads run ([scale]) is not what is measured: a run may resume elsewhere.
+    # Comparisons left at their default are left out, so that a plan locked before they
+    # existed keeps its sha256.
+    dumped = plan.model_dump(mode="json", exclude={"scale"})
+    if dumped["comparisons"] is None:
+        del dumped["comparisons"]
     return {
-        "plan": plan.model_dump(mode="json"),
+        "plan": dumped,
         "arm_order": list(plan.arms),
         "corpus": corpus.model_dump(mode="json"),
     }

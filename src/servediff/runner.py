@@ -170,19 +170,26 @@ class Runner:
 
     def run_load(self, arm: str, load: int, phase: Phase, todo: list[CellSpec],
                  model: Model) -> None:
-        session = LoadSession(self.room, arm, load, phase, model)
-        try:
-            session.start()
-            for cell in todo:
-                BY_NAME[cell.probe].measure(session, cell)
-        except EngineError as exc:
-            session.failed(exc)
-        except KeyboardInterrupt:
-            if hasattr(session, "launch"):
-                session.launch.error = "interrupted: servediff was stopped (SIGINT or SIGTERM)"
-            raise
-        finally:
-            session.close()
+        measure_load(self.room, arm, load, phase, todo, model)
+
+
+def measure_load(room: Room, arm: str, load: int, phase: Phase, todo: list[CellSpec],
+                 model: Model) -> None:
+    """One launch of one load: start it cold, measure `todo`, stop and record it. What a
+    local run does for each load, and what a Ray worker does (scale/worker.py)."""
+    session = LoadSession(room, arm, load, phase, model)
+    try:
+        session.start()
+        for cell in todo:
+            BY_NAME[cell.probe].measure(session, cell)
+    except EngineError as exc:
+        session.failed(exc)
+    except KeyboardInterrupt:
+        if hasattr(session, "launch"):
+            session.launch.error = "interrupted: servediff was stopped (SIGINT or SIGTERM)"
+        raise
+    finally:
+        session.close()
 
 
 class SilentObserver:

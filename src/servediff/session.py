@@ -79,6 +79,8 @@ class Room:
     clients: ClientFactory = make_client
     # GPU memory in use before the run's first load (quiet.py), read at the first gate
     gpu_baseline: dict[int, int] | None = None
+    # The Ray node the loads run on (None: a local run), named in every launch record
+    node: str | None = None
 
     def gate(self, what: str, phase: Phase) -> Gate | None:
         """The quiet-box check before a load of this phase, when the plan asks for one."""
@@ -164,7 +166,8 @@ class LoadSession:
                              started_at=time.time(), command=[], env_diff={}, port=0, pid=0,
                              external=plan.base_url is not None,
                              weights_sha256=self.model.weights_sha256, gate=gate,
-                             machine=socket.gethostname(), gpu_models=gpu_models())
+                             machine=socket.gethostname(), gpu_models=gpu_models(),
+                             node=room.node)
         self.record.launches.append(self.launch)
         if plan.base_url is not None:
             self.url = plan.base_url.rstrip("/")

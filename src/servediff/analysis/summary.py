@@ -58,7 +58,8 @@ def conditions(evidence: Evidence, by_arm: Mapping[str, list[Cell]]
         gates = [g for rec in evidence.loads if rec.arm == arm
                  for g in (rec.refused, *(x.gate for x in rec.launches)) if g is not None]
         out[arm] = ArmConditions(
-            machines=sorted({f"{x.machine} ({', '.join(x.gpu_models) or 'no GPU'})"
+            machines=sorted({f"{x.machine}{f' (Ray node {x.node[:8]})' if x.node else ''} "
+                             f"({', '.join(x.gpu_models) or 'no GPU'})"
                              for rec in evidence.loads if rec.arm == arm
                              for x in rec.launches if x.machine}),
             foreign_cpu_cores_max=max(foreign) if foreign else None,
@@ -81,14 +82,21 @@ def summarize(evidence: Evidence) -> Summary:
     by_arm = drift.cells_by_arm(evidence)
     arms = drift.analyse_arms(evidence, by_arm)
     costs = cost.summarize_costs(evidence, by_arm)
-    comparisons = cost.compare_arms(costs, evidence.arms[0], by_arm)
+    # Arms are compared within their group only (plan.comparisons), each group against its
+    # first arm: groups may have been measured in different rooms.
+    groups = plan.groups()
+    group_of = {arm: i for i, group in enumerate(groups) for arm in group}
+    comparisons = [c for group in groups
+                   for c in cost.compare_arms({a: costs[a] for a in group}, group[0], by_arm)]
+    shifts = drift.arm_shifts(by_arm, plan.thresholds.moved_abs_nll,
+                              {arm: d.signature for arm, d in arms.items()})
     missing = untested(plan, arms, costs)
     return Summary(
         plan_sha256=evidence.locked.sha256, engine=plan.engine, model=plan.model,
         threshold_abs_nll=plan.thresholds.moved_abs_nll, arms=arms,
-        arm_shifts=drift.arm_shifts(by_arm, plan.thresholds.moved_abs_nll,
-                                    {arm: d.signature for arm, d in arms.items()}),
-        generation_arm_shifts=generation.across_arms(by_arm),
+        arm_shifts=[s for s in shifts if group_of[s.arm_a] == group_of[s.arm_b]],
+        generation_arm_shifts=[s for s in generation.across_arms(by_arm)
+                               if group_of[s.arm_a] == group_of[s.arm_b]],
         failed_launches=drift.failed_launches(evidence), cells=len(evidence.cells),
         partial_cells=drift.partial_cells(evidence),
         invalid_rows=sum(a.invalid_rows for a in arms.values()),

@@ -164,12 +164,13 @@ def coverage(plan: Plan, costs: Mapping[str, ArmCosts]) -> Coverage:
 def verdict(plan: Plan, arms: list[str], drift: Mapping[str, ArmDrift],
             costs: Mapping[str, ArmCosts], comparisons: list[CostComparison],
             untested: Mapping[str, object]) -> Verdict:
-    base = arms[0]
+    """Claims per pair: each comparison's arm against its baseline (the first arm of its
+    group, plan.comparisons; the verdict's baseline is the first group's)."""
     regime = coverage(plan, costs)
     not_tested = sorted(untested)
     pairs = []
     for comparison in comparisons:
-        other = comparison.arm
+        base, other = comparison.baseline, comparison.arm
         claims = [*drift_claims(base, drift[base]), *drift_claims(other, drift[other]),
                   *speed_claims(comparison, costs), *capacity_claims(base, other, costs),
                   *survival_claims(base, other, costs), *prefix_claims(base, other, costs),
@@ -177,7 +178,7 @@ def verdict(plan: Plan, arms: list[str], drift: Mapping[str, ArmDrift],
         pairs.append(Pair(baseline=base, arm=other, costs=sum(c.kind == "cost" for c in claims),
                           claims=claims, coverage=regime, not_tested=not_tested,
                           fix=_fix(base, other, drift)))
-    return Verdict(baseline=base, pairs=pairs, coverage=regime, not_tested=not_tested)
+    return Verdict(baseline=arms[0], pairs=pairs, coverage=regime, not_tested=not_tested)
 
 
 def _fix(base: str, other: str, drift: Mapping[str, ArmDrift]) -> Fix | None:

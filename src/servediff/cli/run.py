@@ -65,7 +65,8 @@ def only_arms(summary: Summary, arms: list[str]) -> Summary:
         "arm_shifts": [s for s in summary.arm_shifts if s.arm_a in arms and s.arm_b in arms]})
 
 
-def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False) -> None:
+def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False,
+            ray: str | None = None) -> None:
     if plan_source is None:
         import tomllib
 
@@ -88,7 +89,17 @@ def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False) -
             return drift_table(only_arms(summarize(read_evidence(root)), done))
 
         with RichObserver(on_drift=drift_so_far) as observer:
-            Runner(plan, corpus, root, base, observer).run()
+            address = ray or plan.scale.ray
+            if address:
+                from servediff.scale.ray_run import RayRunner
+
+                runner = RayRunner(plan, corpus, root, base, observer)
+                runner.address = address
+                err.print(f"loads run on the Ray cluster at {address}, one node per "
+                          f"comparison ({len(plan.groups())})", highlight=False)
+                runner.run()
+            else:
+                Runner(plan, corpus, root, base, observer).run()
     except KeyboardInterrupt:
         err.print(f"interrupted: finished cells are kept in {root}; "
                   f"run the same command with --out {root} to resume")
@@ -105,9 +116,12 @@ def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False) -
               help="run directory (default runs/<plan name>-<time>); an existing one resumes")
 @click.option("--yes", is_flag=True,
               help=f"start a run of more than {ASK_ABOVE_REQUESTS:,} requests from a script")
-def run(plan: Path, out_dir: Path | None, yes: bool) -> None:
+@click.option("--ray", "ray", metavar="auto|ADDRESS",
+              help="run the loads on a Ray cluster, one node per comparison (overrides "
+                   "the plan's scale.ray); needs servediff[ray]")
+def run(plan: Path, out_dir: Path | None, yes: bool, ray: str | None) -> None:
     """Run PLAN (TOML): cold loads per arm, raw evidence, summary and report."""
-    execute(plan, out_dir, yes)
+    execute(plan, out_dir, yes, ray)
 
 
 @click.command()

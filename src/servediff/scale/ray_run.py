@@ -1,0 +1,310 @@
+"""`servediff run PLAN --ray ADDRESS`: a plan's loads on a Ray cluster, one room per comparison.
+
+Each comparison (a group of arms, `plan.comparisons`) gets a placement group
+of one bundle (the CPU slots and GPUs one load needs) on one node: its loads
+run there one after another in the plan's counterbalanced order, while other
+comparisons run on their nodes at the same time. A cost load never shares its
+node with another running load: the driver holds it back until its node is
+free, and starts nothing else there while it runs. A worker runs one load
+with the same code as a local run (`runner.measure_load`, in worker.py) and
+returns its files; the driver alone writes the bundle, as atomically as a
+local run, and resumes the same way. A worker or node lost mid-load is a
+launch that ended: what is left of its engine is stopped and recorded on that
+node, and the load runs again, on a node of the same GPU model if the node is
+gone. Ctrl-C cancels the remote loads, stops their engines and records them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from servediff import atomic
+from servediff.bundle import Layout, write_lock, write_manifest
+from servediff.errors import InputError, ServediffError
+from servediff.evidence import Phase
+from servediff.plan import lock
+from servediff.probes import cells_of_load
+from servediff.runner import Runner
+from servediff.scale import worker
+from servediff.scale.worker import LoadJob, LoadResult
+from servediff.schedule import schedule
+
+
+def connect(address: str) -> Any:
+    """ray, initialised against `address` ("auto": the cluster this machine belongs to,
+    else a new local one); a clear refusal when Ray is missing or nothing answers."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--ray: Ray is not installed here; install it with "
+                         "pip install 'servediff[ray]'") from None
+    target = os.environ.get("RAY_ADDRESS") if address == "auto" else address
+    if target and target != "auto":
+        reachable(target)
+    if not ray.is_initialized():
+        try:
+            ray.init(address=None if address == "auto" else address,
+                     include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise InputError(f"--ray {address}: no Ray cluster answers there ({exc})"
+                             ) from None
+    return ray
+
+
+def reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Refuse an address nothing answers at (ray.init would retry for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"--ray {address}: expected auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise InputError(f"--ray {address}: no Ray cluster answers there "
+                         f"({exc.strerror or exc})") from None
+
+
+def bundle_for(cpus: float, gpus: float) -> dict[str, float]:
+    return {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+
+
+def check_resources(ray: Any, cpus: float, gpus: float) -> None:
+    """Exit 2 when no node has what one load asks for."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    fits = [n for n in nodes if n["Resources"].get("CPU", 0) >= cpus
+            and n["Resources"].get("GPU", 0) >= gpus]
+    if not fits:
+        have = "; ".join(f"{n['NodeManagerAddress']}: {n['Resources'].get('CPU', 0):g} CPU, "
+                         f"{n['Resources'].get('GPU', 0):g} GPU" for n in nodes) or "no node"
+        raise InputError(f"scale: a load asks for {cpus:g} CPU and {gpus:g} GPU "
+                         f"(scale.cpus_per_load, scale.gpus_per_load); no node of the "
+                         f"cluster has that ({have})")
+
+
+@dataclass
+class Lane:
+    """One comparison: its arms, its loads still to run, its room and what runs there."""
+
+    arms: list[str]
+    loads: deque[tuple[str, int, Phase]]
+    group: Any = None  # the placement group
+    node: str | None = None
+    job: LoadJob | None = None
+    ref: Any = None
+    barren: int = 0
+    before: int = 0
+    room_class: dict[str, float] = field(default_factory=dict)
+
+
+class RayRunner(Runner):
+    """The runner with its loads measured by Ray workers; resume, lock and manifest as
+    a local run."""
+
+    address: str = "auto"
+
+    def one_room(self) -> None:
+        """A cluster run names each load's node; its rooms are the comparisons'."""
+
+    def run(self) -> None:
+        # refused before anything is written: no Ray, no cluster, no node that fits
+        self.ray = connect(self.address)
+        scale = self.room.plan.scale
+        check_resources(self.ray, scale.cpus_per_load, scale.gpus_per_load)
+        super().run()
+
+    def _run(self) -> None:
+        room, plan, ray = self.room, self.room.plan, self.ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        scale = plan.scale
+        self.reap()
+        locked = lock(plan, room.corpus)
+        write_lock(self.layout.root, locked)
+        self.run_id = f"{locked.sha256[:12]}-{uuid.uuid4().hex[:8]}"
+        self.remote_load = ray.remote(max_retries=0)(worker.run_load)
+        self.remote_reap = ray.remote(max_retries=0, num_cpus=0)(worker.reap)
+        order = schedule(plan)
+        lanes = [Lane(arms=g, loads=deque(x for x in order if x[0] in g))
+                 for g in plan.groups()]
+        lanes = [lane for lane in lanes if any(self.todo(*x) for x in lane.loads)]
+        if not lanes:
+            room.observer.note("every cell of this plan is already measured; nothing to run")
+            return
+        room.observer.run_starting(
+            sum(1 for lane in lanes for x in lane.loads if self.todo(*x)),
+            sum(len(self.todo(*x)) for lane in lanes for x in lane.loads))
+        bundle = bundle_for(scale.cpus_per_load, scale.gpus_per_load)
+        for lane in lanes:
+            lane.group = placement_group([bundle], strategy="STRICT_PACK")
+        self.announced = self.drift_done()
+        try:
+            while any(lane.loads for lane in lanes):
+                for lane in lanes:
+                    self.dispatch(ray, lane, lanes)
+                refs = [lane.ref for lane in lanes if lane.ref is not None]
+                if not refs:
+                    time.sleep(0.2)  # waiting for a room
+                    continue
+                done, _ = ray.wait(refs, num_returns=1, timeout=1.0)
+                for lane in lanes:
+                    if lane.ref is not None and lane.ref in done:
+                        self.collect(ray, lane, bundle, placement_group,
+                                     remove_placement_group)
+        except KeyboardInterrupt:
+            self.cancel(ray, lanes, "interrupted: servediff was stopped (SIGINT or SIGTERM)")
+            raise
+        finally:
+            for lane in lanes:
+                remove_placement_group(lane.group)
+
+    def todo(self, arm: str, load: int, phase: Phase) -> list[Any]:
+        return self.missing(cells_of_load(self.room.plan, arm, load, phase))
+
+    def dispatch(self, ray: Any, lane: Lane, lanes: list[Lane]) -> None:
+        """Start the lane's next load if its room is ready and the node allows it."""
+        from ray.util.placement_group import placement_group_table
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        while lane.ref is None and lane.loads:
+            arm, load, phase = lane.loads[0]
+            todo = self.todo(arm, load, phase)
+            if not todo or lane.barren >= self.room.plan.launch.max_attempts:
+                lane.loads.popleft()
+                lane.barren = 0
+                self.after_load(phase)
+                continue
+            if lane.node is None:
+                ready, _ = ray.wait([lane.group.ready()], timeout=0)
+                if not ready:
+                    return
+                lane.node = placement_group_table(lane.group)["bundles_to_node_id"][0]
+            others = [x for x in lanes if x is not lane and x.ref is not None
+                      and x.node == lane.node]
+            if any(phase == "cost" or (x.job is not None and x.job.phase == "cost")
+                   for x in others):
+                return  # a cost load has its node to itself
+            lane.job = LoadJob(plan=self.room.plan, corpus=self.room.corpus, arm=arm,
+                               load=load, phase=phase, todo=todo,
+                               base_dir=str(self.base_dir.resolve()), run_id=self.run_id,
+                               seeds=self.seeds(arm, load, phase, todo))
+            lane.before = self.progress(todo)
+            self.room.observer.load_starting(arm, load, self.attempts(lane.job) + 1, phase)
+            scale = self.room.plan.scale
+            lane.ref = self.remote_load.options(
+                num_cpus=scale.cpus_per_load, num_gpus=scale.gpus_per_load,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    lane.group, placement_group_bundle_index=0)).remote(lane.job)
+
+    def attempts(self, job: LoadJob) -> int:
+        ref = Layout.load_ref(job.name)
+        if ref not in job.seeds:
+            return 0
+        import json
+
+        return len(json.loads(job.seeds[ref]).get("launches", []))
+
+    def seeds(self, arm: str, load: int, phase: Phase, todo: list[Any]) -> dict[str, bytes]:
+        probe = LoadJob(plan=self.room.plan, corpus=self.room.corpus, arm=arm, load=load,
+                        phase=phase, todo=todo, base_dir="", run_id="", seeds={})
+        return worker.collect(self.layout.root, probe)
+
+    def collect(self, ray: Any, lane: Lane, bundle: dict[str, float], placement_group: Any,
+                remove_placement_group: Any) -> None:
+        """Merge a finished (or lost) load into the bundle and decide what runs next."""
+        job, ref = lane.job, lane.ref
+        assert job is not None
+        lane.ref = lane.job = None
+        error: ServediffError | None = None
+        try:
+            result: LoadResult = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause
+            if isinstance(cause, ServediffError):
+                error = cause
+            result = self.lost(ray, lane, job, f"the load's worker failed: {cause!r}")
+        except ray.exceptions.RayError as exc:
+            result = self.lost(ray, lane, job, "the Ray worker running this load was lost "
+                               f"({type(exc).__name__})")
+            if result.node == "" and lane.node is not None:
+                # the node is gone: a new room of the same class for the rest
+                old = lane.node
+                remove_placement_group(lane.group)
+                lane.room_class = self.room_class(ray, old)
+                lane.group = placement_group([{**bundle, **lane.room_class}],
+                                             strategy="STRICT_PACK")
+                lane.node = None
+        self.merge(job, result)
+        if error is not None:
+            raise error
+        lane.barren = 0 if self.progress(job.todo) > lane.before else lane.barren + 1
+
+    def lost(self, ray: Any, lane: Lane, job: LoadJob, why: str) -> LoadResult:
+        """Stop and record what is left of the load on its node; an empty result with no
+        node when the node cannot be reached."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.room.observer.note(f"{job.name}: {why}")
+        if lane.node is None:
+            return LoadResult(files={}, node="")
+        try:
+            found: LoadResult = ray.get(self.remote_reap.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(lane.node, soft=False)
+            ).remote(job, why), timeout=300)
+            return found
+        except ray.exceptions.RayError as exc:
+            self.room.observer.note(f"{job.name}: its node cannot be reached ({exc!r}); "
+                                    "its engine could not be checked")
+            return LoadResult(files={}, node="")
+
+    @staticmethod
+    def room_class(ray: Any, node: str) -> dict[str, float]:
+        """The GPU model of a node as a Ray resource (nodes with GPUs carry one)."""
+        for n in ray.nodes():
+            if n["NodeID"] == node:
+                return {k: 0.001 for k in n["Resources"] if k.startswith("accelerator_type:")}
+        return {}
+
+    def merge(self, job: LoadJob, result: LoadResult) -> None:
+        """The driver alone writes the bundle: the load's files from the worker, atomically;
+        partial files the worker removed (a sweep that finished) go here too."""
+        root = self.layout.root
+        for ref, data in sorted(result.files.items()):
+            path = root / ref
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic.write_bytes(path, data)
+        if result.files:
+            for path in worker.load_files(root, job):
+                ref = str(path.relative_to(root))
+                if ref.startswith("partial/") and ref not in result.files:
+                    path.unlink()
+        write_manifest(root)
+        observer = self.room.observer
+        for note in result.notes:
+            observer.note(note)
+        record = self.room.load_record(job.arm, job.load, job.phase)
+        if record.launches and record.launches[-1].seconds_to_ready is not None:
+            observer.load_ready(job.arm, job.load, record.launches[-1].seconds_to_ready,
+                                job.phase)
+        for name, seconds in result.cells:
+            observer.cell_finished(name, seconds)
+
+    def after_load(self, phase: Phase) -> None:
+        if phase == "drift" and (done := self.drift_done()) - self.announced:
+            self.announce(done)
+            self.announced = done
+
+    def cancel(self, ray: Any, lanes: list[Lane], why: str) -> None:
+        """Ctrl-C: cancel the remote loads, then stop and record their engines."""
+        running = [lane for lane in lanes if lane.ref is not None]
+        for lane in running:
+            ray.cancel(lane.ref, force=True)
+        for lane in running:
+            assert lane.job is not None
+            self.merge(lane.job, self.lost(ray, lane, lane.job, why))
+

@@ -1,0 +1,174 @@
+"""A plan of two independent comparisons on a real two-node Ray cluster on this machine
+(ray.cluster_utils.Cluster: two raylets with one CPU slot each), on the embedded engine:
+the same summary as the serial run, a worker killed mid-load recovered, Ctrl-C with
+every engine stopped, and a resume that completes the run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from ray.cluster_utils import Cluster
+
+from tests.integration.engines import DRIFT_ONLY, assert_all_stopped, run_plan, servediff
+
+pytestmark = pytest.mark.integration
+
+PLAN = (
+    'name = "two-rooms"\nengine = "transformers"\nmodel = "smollm2"\nloads_per_arm = 2\n'
+    'comparisons = [["sdpa", "eager"], ["fp32", "bf16"]]\n'
+    '[engine_options]\ndevice = "cpu"\nmax_model_len = 512\nthreads = 1\n'
+    '[arms.sdpa]\noptions = { attn_implementation = "sdpa", dtype = "float32" }\n'
+    '[arms.eager]\noptions = { attn_implementation = "eager", dtype = "float32" }\n'
+    '[arms.fp32]\noptions = { dtype = "float32" }\n'
+    '[arms.bf16]\noptions = { dtype = "bfloat16" }\n'
+    "[corpus]\nmax_texts = 4\n[probes.repeat]\ncount = 1\n" + DRIFT_ONLY
+)
+# what differs between two runs of the same plan: the machine's state, commands (ports,
+# the interpreter's path), start-up times
+TIMINGS = {"conditions", "setup", "startup"}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    nodes.add_node(num_cpus=1)
+    nodes.wait_for_nodes()
+    yield nodes
+    nodes.shutdown()
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_plan(tmp_path_factory.mktemp("serial"), PLAN)
+
+
+def without_timings(value: Any, also: frozenset[str] = frozenset()) -> Any:
+    if isinstance(value, dict):
+        return {k: without_timings(v, also) for k, v in value.items()
+                if k not in TIMINGS | also}
+    if isinstance(value, list):
+        return [without_timings(v, also) for v in value]
+    return value
+
+
+def same_drift(run: Path, serial: Path) -> bool:
+    """The drift answer is the serial run's; a load measured again after a lost worker or
+    an interrupt has its cells from its second launch."""
+    relaunched = frozenset({"launch"})
+    return (without_timings(summary(run)["arms"], relaunched)
+            == without_timings(summary(serial)["arms"], relaunched))
+
+
+def summary(run: Path) -> Any:
+    return json.loads((run / "summary.json").read_text())
+
+
+def launches(run: Path) -> list[dict[str, Any]]:
+    return [x for p in sorted((run / "loads").glob("*.json"))
+            for x in json.loads(p.read_text())["launches"]]
+
+
+def engines_alive() -> list[psutil.Process]:
+    """Embedded engines alive now (the other tests' are stopped by the time these run)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "servediff.engines.hf_server" in cmd and "servediff.engines.supervise" not in cmd:
+            found.append(proc)
+    return found
+
+
+def with_plan(work: Path) -> Path:
+    (work / "plan.toml").write_text(PLAN)
+    return work
+
+
+def start(work: Path, address: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "servediff", "run", "plan.toml", "--out",
+                             "run", "--ray", address], cwd=with_plan(work), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def wait_for_engine(driver: subprocess.Popen[str]) -> psutil.Process:
+    """An engine of the run, once it has been up for a moment (a load mid-way)."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and driver.poll() is None:
+        if found := engines_alive():
+            time.sleep(2.0)
+            return found[0]
+        time.sleep(0.2)
+    raise AssertionError("no engine started")
+
+
+def test_two_comparisons_on_two_nodes_give_the_serial_summary(tmp_path: Path,
+                                                                cluster: Cluster,
+                                                                serial: Path):
+    done = servediff("run", "plan.toml", "--out", "run", "--ray", cluster.address,
+                     cwd=with_plan(tmp_path))
+    assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
+    run = tmp_path / "run"
+    assert without_timings(summary(run)) == without_timings(summary(serial))
+    assert servediff("verify", str(run), cwd=tmp_path).returncode == 0
+    # one room per comparison: each comparison's loads on one node, the two on two nodes
+    nodes = {x["node"] for x in launches(run)}
+    assert len(nodes) == 2 and None not in nodes
+    for arms in (("sdpa", "eager"), ("fp32", "bf16")):
+        assert len({x["node"] for a in arms
+                    for x in json.loads((run / "loads" / f"{a}-load1.json").read_text())
+                    ["launches"]}) == 1
+    # arms of different comparisons are never compared
+    shifts = {(s["arm_a"], s["arm_b"]) for s in summary(run)["arm_shifts"]}
+    assert shifts == {("sdpa", "eager"), ("fp32", "bf16")}
+    assert_all_stopped(run)
+    assert engines_alive() == []
+
+
+def test_a_worker_killed_mid_load_is_recorded_and_the_load_runs_again(tmp_path: Path,
+                                                                       cluster: Cluster,
+                                                                       serial: Path):
+    driver = start(tmp_path, cluster.address)
+    engine = wait_for_engine(driver)
+    # the engine's supervisor, then the Ray worker that runs the load
+    worker = next(p for p in engine.parents() if p.name().startswith("ray::"))
+    worker.send_signal(signal.SIGKILL)
+    output, _ = driver.communicate(timeout=900)
+    assert driver.returncode == 0, output[-4000:]
+    assert "the Ray worker running this load was lost" in output
+    run = tmp_path / "run"
+    lost = [x for x in launches(run) if x["error"] and "worker running this load was lost"
+            in x["error"]]
+    assert len(lost) == 1 and lost[0]["stop"] is not None
+    # the load ran again; the drift answer is the serial run's
+    assert summary(run)["cells"] == summary(serial)["cells"]
+    assert same_drift(run, serial)
+    assert_all_stopped(run)
+    assert engines_alive() == []
+
+
+def test_ctrl_c_stops_the_remote_engines_and_the_run_resumes(tmp_path: Path,
+                                                             cluster: Cluster,
+                                                             serial: Path):
+    driver = start(tmp_path, cluster.address)
+    wait_for_engine(driver)
+    driver.send_signal(signal.SIGINT)
+    output, _ = driver.communicate(timeout=600)
+    assert driver.returncode == 130, output[-4000:]
+    run = tmp_path / "run"
+    interrupted = [x for x in launches(run) if x["error"] and "interrupted" in x["error"]]
+    assert interrupted and all(x["stop"] is not None for x in interrupted)
+    assert engines_alive() == []
+    resumed = servediff("run", "plan.toml", "--out", "run", "--ray", cluster.address,
+                        cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert summary(run)["cells"] == summary(serial)["cells"]
+    assert same_drift(run, serial)
+    assert_all_stopped(run)
