@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -333,23 +334,26 @@ class Plan(Strict):
                 )
         return arms
 
-    @model_validator(mode="after")
-    def _comparisons(self) -> Plan:
-        if self.comparisons is None:
-            return self
-        seen: list[str] = [a for group in self.comparisons for a in group]
-        unknown = sorted(set(seen) - set(self.arms))
+    @field_validator("comparisons")
+    @classmethod
+    def _comparisons(cls, groups: list[list[str]] | None,
+                     info: ValidationInfo) -> list[list[str]] | None:
+        arms = info.data.get("arms")
+        if groups is None or arms is None:
+            return groups
+        seen: list[str] = [a for group in groups for a in group]
+        unknown = sorted(set(seen) - set(arms))
         if unknown:
-            raise ValueError(f"comparisons: no such arm {', '.join(map(repr, unknown))}; "
-                             f"the arms are {', '.join(self.arms)}")
+            raise ValueError(f"no such arm {', '.join(map(repr, unknown))}; the arms are "
+                             f"{', '.join(arms)}")
         twice = sorted({a for a in seen if seen.count(a) > 1})
-        left = [a for a in self.arms if a not in seen]
-        if twice or left or not all(self.comparisons):
+        left = [a for a in arms if a not in seen]
+        if twice or left or not all(groups):
             raise ValueError(
-                "comparisons: every arm in exactly one non-empty group"
+                "every arm in exactly one non-empty group"
                 + (f"; in more than one: {', '.join(twice)}" if twice else "")
                 + (f"; in none: {', '.join(left)}" if left else ""))
-        return self
+        return groups
 
     def groups(self) -> list[list[str]]:
         """The comparisons, each with its baseline first (default: every arm, one group)."""

@@ -64,6 +64,8 @@ def describe(exc: ValidationError, source: str, prefix: str = "",
     for err in only if only is not None else exc.errors():
         loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
         msg = _MESSAGES.get(err["type"], err["msg"])
+        if err["type"] == "value_error":  # a validator's own words, without pydantic's prefix
+            msg = msg.removeprefix("Value error, ")
         if err["type"] == "literal_error":
             msg = err["msg"].replace("Input should be", "must be")
         if err["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
