@@ -4,6 +4,7 @@
     python3 scripts/gpu_validation.py llama --out DIR [--budget S]
     python3 scripts/gpu_validation.py compile --out DIR [--budget S]
     python3 scripts/gpu_validation.py quiet --out DIR [--budget S]
+    python3 scripts/gpu_validation.py ray --out DIR [--budget S] [--gpus-per-load G]  # Ray
 
 Run from the repository root on the GPU machine, with servediff importable
 (PYTHONPATH=src and its dependencies; docs/validation/README.md says how they
@@ -73,7 +74,8 @@ def toml_list(values: list[str]) -> str:
     return json.dumps(values)
 
 
-def run_plan(name: str, text: str, deadline: float, out: Path) -> None:
+def run_plan(name: str, text: str, deadline: float, out: Path,
+             extra: tuple[str, ...] = ()) -> float:
     """servediff run under the time left; the bundle (whole or cut short) packed into out."""
     work = WORK / "runs"
     work.mkdir(parents=True, exist_ok=True)
@@ -81,18 +83,18 @@ def run_plan(name: str, text: str, deadline: float, out: Path) -> None:
     left = deadline - time.monotonic()
     if left < 60:
         print(f"{name}: skipped, {left:.0f} s left", flush=True)
-        return
+        return 0.0
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "servediff", "run", f"{name}.toml",
-                             "--out", name], cwd=work)
+                             "--out", name, *extra], cwd=work)
     try:
         proc.wait(timeout=left - 30)
     except subprocess.TimeoutExpired:
         print(f"{name}: out of time, interrupting (finished cells are kept)", flush=True)
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
-    print(f"{name}: servediff exited {proc.returncode} after {time.monotonic() - t0:.0f} s",
-          flush=True)
+    wall = time.monotonic() - t0
+    print(f"{name}: servediff exited {proc.returncode} after {wall:.0f} s", flush=True)
     bundle = work / name
     if (bundle / "plan.lock.json").exists():
         subprocess.run([sys.executable, "-m", "servediff", "report", name], cwd=work,
@@ -101,6 +103,7 @@ def run_plan(name: str, text: str, deadline: float, out: Path) -> None:
             # the run's JIT caches (.jit) and its lock are not evidence
             tar.add(bundle, arcname=name, filter=lambda info: None if any(
                 part.startswith(".") for part in Path(info.name).parts) else info)
+    return wall
 
 
 def transformers_plans(device: str, small: bool) -> list[tuple[str, str]]:
@@ -275,12 +278,39 @@ def llama_plans(deadline: float) -> list[tuple[str, str]]:
     return [("h200-llama-cuda", plan)]
 
 
+def ray_plans(device: str, gpus: float) -> list[tuple[str, str]]:
+    """Two comparisons of the embedded engine, run one after the other and on a local Ray
+    cluster with `gpus` GPUs per load (1 on a 2-GPU machine: one comparison per GPU; 0.5
+    on one GPU: the two comparisons share it)."""
+    model = make_model("135m", device=device)
+    body = (
+        f'engine = "transformers"\nmodel = "{model}"\nloads_per_arm = 2\n'
+        'comparisons = [["fp32", "bf16"], ["sdpa", "eager"]]\n'
+        f'[engine_options]\ndevice = "{device}"\nthreads = 2\n'
+        '[arms.fp32]\noptions = { dtype = "float32" }\n'
+        '[arms.bf16]\noptions = { dtype = "bfloat16" }\n'
+        '[arms.sdpa]\noptions = { dtype = "float32", attn_implementation = "sdpa" }\n'
+        '[arms.eager]\noptions = { dtype = "float32", attn_implementation = "eager" }\n'
+        "[corpus]\nmax_texts = 16\n[probes.repeat]\ncount = 1\nbatch_sizes = [8]\n"
+        "[probes.concurrency]\nkinds = [\"generate\"]\nlengths = [256]\nlevels = [1, 4]\n"
+        "requests = 8\n[probes.generate]\ntexts = 4\n"
+        "[probes.speed]\nenabled = false\n[probes.sweep]\nenabled = false\n"
+        "[probes.prefix]\nenabled = false\n"
+        f"[scale]\ncpus_per_load = {4 if device == 'cuda' else 1}\n"
+        f"gpus_per_load = {gpus if device == 'cuda' else 0}\n")
+    tag = "h200x2" if gpus >= 1 else "h200-shared"
+    return [(f"{tag}-serial", f'name = "{tag}-serial"\n{body}'),
+            (f"{tag}-ray", f'name = "{tag}-ray"\n{body}')]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("part", choices=["transformers", "llama", "compile", "quiet"])
+    parser.add_argument("part", choices=["transformers", "llama", "compile", "quiet", "ray"])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=540.0)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--gpus-per-load", type=float, default=1.0,
+                        help="ray: GPUs per load (0.5: two comparisons share one GPU)")
     parser.add_argument("--small", action="store_true", help="the 135M shape only (dry runs)")
     parser.add_argument("--plans", nargs="*", help="only these plans, each with its budget "
                         "in seconds: NAME=S")
@@ -291,10 +321,12 @@ def main() -> None:
     plans = (transformers_plans(args.device, args.small) if args.part == "transformers"
              else compile_plans(args.device) if args.part == "compile"
              else quiet_plans(args.device) if args.part == "quiet"
+             else ray_plans(args.device, args.gpus_per_load) if args.part == "ray"
              else llama_plans(deadline))
     print(f"models ready after {time.monotonic() - t0:.0f} s", flush=True)
     budgets = dict(p.split("=") for p in args.plans or [])
     hog = None
+    walls: dict[str, float] = {}
     try:
         for name, text in plans:
             if budgets and name not in budgets:
@@ -302,7 +334,9 @@ def main() -> None:
             if name.startswith("h200-busy") and hog is None:
                 hog = start_hog()
             end = min(deadline, time.monotonic() + float(budgets[name])) if budgets else deadline
-            run_plan(name, text, end, args.out)
+            extra = ("--ray", "auto") if name.endswith("-ray") else ()
+            walls[name] = run_plan(name, text, end, args.out, extra)
+            (args.out / "walls.json").write_text(json.dumps(walls, indent=1))
     finally:
         if hog is not None:
             hog.kill()

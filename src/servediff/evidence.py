@@ -313,8 +313,10 @@ class Launch(Model):
     # The machine it ran on: host name and GPU models (None in older bundles).
     machine: str | None = None
     gpu_models: list[str] = Field(default_factory=list)
-    # The Ray node id of a load run on a cluster (None: run where servediff ran).
+    # The Ray node id of a load run on a cluster (None: run where servediff ran), and the
+    # GPUs the engine was given (CUDA_VISIBLE_DEVICES; None: not set, it saw every GPU).
     node: str | None = None
+    cuda_visible_devices: str | None = None
     # What the engine printed about its start-up (vLLM: engine_init_s,
     # compile_warmup_s, compile_cache).
     startup: dict[str, Any] = Field(default_factory=dict)

@@ -182,6 +182,8 @@ class LoadSession:
                 policy, self.adapter.caches, room.layout.root, self.arm, self.name,
                 {**os.environ, **env})
             env = {**env, **cache_env}
+            self.launch.cuda_visible_devices = env.get(
+                "CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
             self.launch.cache_policy = policy
             self.url = f"http://{HOST}:{port}"
             self.launch.command, self.launch.env_diff, self.launch.port = spec.argv, env, port
