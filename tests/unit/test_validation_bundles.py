@@ -217,3 +217,34 @@ def test_the_quiet_box_on_the_h200(tmp_path: Path):
         "GPU 0: compute processes of others: python3 (pid ")
     assert not list((refused / "cells").glob("*-cost*"))
     assert summary.conditions["fp32"].gates_not_quiet == 1
+
+
+def test_two_comparisons_on_ray_on_an_h200_give_the_serial_numbers(tmp_path: Path):
+    """The same plan of two comparisons on the H200, one load after the other and on a local
+    Ray cluster with half the GPU per load (docs/validation/README.md): every number but
+    the timings is the same, and the Ray run's launches name their node and GPU."""
+    timings = {"conditions", "setup", "startup", "plan_sha256"}
+
+    def drift(run: Path) -> object:
+        def strip(v: object) -> object:
+            if isinstance(v, dict):
+                return {k: strip(x) for k, x in v.items() if k not in timings}
+            if isinstance(v, list):
+                return [strip(x) for x in v]
+            return v
+        return strip(json.loads((run / "summary.json").read_text()))
+
+    serial, ray = _h200("h200-shared-serial", tmp_path), _h200("h200-shared-ray", tmp_path)
+    assert drift(serial) == drift(ray)
+    summary = json.loads((ray / "summary.json").read_text())
+    assert {(s["arm_a"], s["arm_b"]) for s in summary["arm_shifts"]} == {
+        ("fp32", "bf16"), ("sdpa", "eager")}
+    launches = [x for p in sorted((ray / "loads").glob("*.json"))
+                for x in json.loads(p.read_text())["launches"]]
+    assert len(launches) == 8
+    assert all(x["node"] and x["cuda_visible_devices"] == "0"
+               and x["gpu_models"] == ["NVIDIA H200"] for x in launches)
+    assert {x["weights_sha256"]["model.safetensors"] for x in launches} == {
+        x["weights_sha256"]["model.safetensors"]
+        for p in sorted((serial / "loads").glob("*.json"))
+        for x in json.loads(p.read_text())["launches"]}

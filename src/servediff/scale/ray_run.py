@@ -126,6 +126,7 @@ class RayRunner(Runner):
         self.reap()
         locked = lock(plan, room.corpus)
         write_lock(self.layout.root, locked)
+        write_manifest(self.layout.root)
         self.run_id = f"{locked.sha256[:12]}-{uuid.uuid4().hex[:8]}"
         self.remote_load = ray.remote(max_retries=0)(worker.run_load)
         self.remote_reap = ray.remote(max_retries=0, num_cpus=0)(worker.reap)
@@ -180,10 +181,11 @@ class RayRunner(Runner):
                 self.after_load(phase)
                 continue
             if lane.node is None:
-                ready, _ = ray.wait([lane.group.ready()], timeout=0)
-                if not ready:
+                # the room is ready once Ray has reserved its bundle on a node
+                table = placement_group_table(lane.group)
+                if table.get("state") != "CREATED":
                     return
-                lane.node = placement_group_table(lane.group)["bundles_to_node_id"][0]
+                lane.node = table["bundles_to_node_id"][0]
             others = [x for x in lanes if x is not lane and x.ref is not None
                       and x.node == lane.node]
             if any(phase == "cost" or (x.job is not None and x.job.phase == "cost")
