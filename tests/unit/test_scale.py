@@ -109,3 +109,30 @@ def test_no_node_with_the_gpus_a_load_asks_for_is_refused():
 def test_the_plan_scale_section_is_checked():
     with pytest.raises(ValueError, match="gpus_per_load"):
         Plan.model_validate({**FOUR, "scale": {"gpus_per_load": -1}})
+
+
+def test_a_cost_load_has_its_node_to_itself():
+    from collections import deque
+
+    from servediff.scale.ray_run import Lane, may_start
+
+    class Job:
+        def __init__(self, phase: str) -> None:
+            self.phase = phase
+
+    def lane(node: str, running: str | None = None) -> Lane:
+        it = Lane(arms=["a"], loads=deque(), node=node)
+        if running is not None:
+            it.ref, it.job = object(), Job(running)  # type: ignore[assignment]
+        return it
+
+    me = lane("n1")
+    # another comparison's drift load on the same node: a drift load may join, a cost
+    # load waits; on another node, both may start
+    same = [me, lane("n1", "drift"), lane("n2", "cost")]
+    assert may_start("drift", me, same) and not may_start("cost", me, same)
+    # beside a running cost load nothing starts
+    beside_cost = [me, lane("n1", "cost")]
+    assert not may_start("drift", me, beside_cost) and not may_start("cost", me, beside_cost)
+    # alone on its node (or with idle lanes) a cost load starts
+    assert may_start("cost", me, [me, lane("n1"), lane("n2", "drift")])

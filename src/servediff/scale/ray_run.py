@@ -87,6 +87,14 @@ def check_resources(ray: Any, cpus: float, gpus: float) -> None:
                          f"cluster has that ({have})")
 
 
+def may_start(phase: Phase, lane: Lane, lanes: list[Lane]) -> bool:
+    """Whether a load of `phase` may start in `lane` now: a cost load only on a node where
+    nothing else runs, and nothing beside a running cost load."""
+    others = [x for x in lanes if x is not lane and x.ref is not None and x.node == lane.node]
+    return not any(phase == "cost" or (x.job is not None and x.job.phase == "cost")
+                   for x in others)
+
+
 @dataclass
 class Lane:
     """One comparison: its arms, its loads still to run, its room and what runs there."""
@@ -186,10 +194,7 @@ class RayRunner(Runner):
                 if table.get("state") != "CREATED":
                     return
                 lane.node = table["bundles_to_node_id"][0]
-            others = [x for x in lanes if x is not lane and x.ref is not None
-                      and x.node == lane.node]
-            if any(phase == "cost" or (x.job is not None and x.job.phase == "cost")
-                   for x in others):
+            if not may_start(phase, lane, lanes):
                 return  # a cost load has its node to itself
             lane.job = LoadJob(plan=self.room.plan, corpus=self.room.corpus, arm=arm,
                                load=load, phase=phase, todo=todo,
