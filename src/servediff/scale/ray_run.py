@@ -165,8 +165,12 @@ class RayRunner(Runner):
                     if lane.ref is not None and lane.ref in done:
                         self.collect(ray, lane, bundle, placement_group,
                                      remove_placement_group)
-        except KeyboardInterrupt:
-            self.cancel(ray, lanes, "interrupted: servediff was stopped (SIGINT or SIGTERM)")
+        except BaseException as exc:
+            # Ctrl-C, or a refusal (a busy machine) that ends the run: the other remote
+            # loads are cancelled, their engines stopped and recorded, before it ends
+            self.cancel(ray, lanes, "interrupted: servediff was stopped (SIGINT or SIGTERM)"
+                        if isinstance(exc, KeyboardInterrupt) else
+                        f"cancelled: the run stopped ({exc})")
             raise
         finally:
             for lane in lanes:
