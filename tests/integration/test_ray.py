@@ -172,3 +172,32 @@ def test_ctrl_c_stops_the_remote_engines_and_the_run_resumes(tmp_path: Path,
     assert summary(run)["cells"] == summary(serial)["cells"]
     assert same_drift(run, serial)
     assert_all_stopped(run)
+
+
+def test_a_node_lost_mid_load_is_recorded_and_its_comparison_moves_to_another_node(
+        tmp_path: Path, serial: Path):
+    # a cluster of its own: a head that runs no loads and two nodes of one slot each
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    workers = [nodes.add_node(num_cpus=1) for _ in range(2)]
+    nodes.wait_for_nodes()
+    try:
+        driver = start(tmp_path, nodes.address)
+        engine = wait_for_engine(driver)
+        raylet = next(p.pid for p in engine.parents() if p.name() == "raylet")
+        (lost,) = [n for n in workers
+                   if n.all_processes["raylet"][0].process.pid == raylet]
+        nodes.remove_node(lost, allow_graceful=False)
+        output, _ = driver.communicate(timeout=900)
+    finally:
+        nodes.shutdown()
+    assert driver.returncode == 0, output[-4000:]
+    run = tmp_path / "run"
+    gone = [x for x in launches(run) if x["error"] and "its node cannot be reached"
+            in x["error"]]
+    assert len(gone) == 1 and gone[0]["node"]
+    # the comparison finished on the other node; the drift answer is the serial one
+    assert len({x["node"] for x in launches(run)}) == 2
+    assert summary(run)["cells"] == summary(serial)["cells"]
+    assert same_drift(run, serial)
+    time.sleep(5)  # the lost node's engine ends with its Ray worker
+    assert engines_alive() == []

@@ -27,7 +27,7 @@ from typing import Any
 from servediff import atomic
 from servediff.bundle import Layout, write_lock, write_manifest
 from servediff.errors import InputError, ServediffError
-from servediff.evidence import Phase
+from servediff.evidence import Launch, Phase
 from servediff.plan import lock
 from servediff.probes import cells_of_load
 from servediff.runner import Runner
@@ -174,14 +174,15 @@ class RayRunner(Runner):
             raise
         finally:
             for lane in lanes:
-                remove_placement_group(lane.group)
+                if lane.group is not None:
+                    remove_placement_group(lane.group)
 
     def todo(self, arm: str, load: int, phase: Phase) -> list[Any]:
         return self.missing(cells_of_load(self.room.plan, arm, load, phase))
 
     def dispatch(self, ray: Any, lane: Lane, lanes: list[Lane]) -> None:
         """Start the lane's next load if its room is ready and the node allows it."""
-        from ray.util.placement_group import placement_group_table
+        from ray.util.placement_group import placement_group_table, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         while lane.ref is None and lane.loads:
@@ -191,6 +192,9 @@ class RayRunner(Runner):
                 lane.loads.popleft()
                 lane.barren = 0
                 self.after_load(phase)
+                if not lane.loads:  # a finished comparison gives its room back
+                    remove_placement_group(lane.group)
+                    lane.group = None
                 continue
             if lane.node is None:
                 # the room is ready once Ray has reserved its bundle on a node
@@ -271,6 +275,15 @@ class RayRunner(Runner):
         except ray.exceptions.RayError as exc:
             self.room.observer.note(f"{job.name}: its node cannot be reached ({exc!r}); "
                                     "its engine could not be checked")
+            # the launch is recorded here, since its own record went with the node
+            record = self.room.load_record(job.arm, job.load, job.phase)
+            now = time.time()
+            record.launches.append(Launch(
+                attempt=len(record.launches) + 1, command=[], env_diff={}, options={},
+                host="", port=0, pid=0, started_at=now, finished_at=now, node=lane.node,
+                error=f"{why}; its node cannot be reached, so its engine could not be "
+                      "checked or stopped by servediff"))
+            self.room.write_load(record)
             return LoadResult(files={}, node="")
 
     @staticmethod
