@@ -14,11 +14,18 @@ from collections.abc import Sequence
 
 from servediff.errors import EngineError
 from servediff.evidence import PrefixSample
-from servediff.plan import Plan
+from servediff.plan import Plan, PrefixProbe
 from servediff.probes import prompts
 from servediff.probes.base import Probe, Work
 from servediff.schedule import CellSpec
 from servediff.session import LoadSession
+
+
+def prefix_size(spec: PrefixProbe, context: int | None) -> int:
+    """The shared prefix's tokens: as the plan says, else half the context (at most 4,096;
+    8,192 assumed where the engine reports none), leaving room for a question."""
+    size = spec.prefix_tokens or min(4096, (context or 8192) // 2)
+    return min(size, context - spec.question_tokens - 1) if context else size
 
 
 class Prefix(Probe):
@@ -30,8 +37,7 @@ class Prefix(Probe):
 
     def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
         spec = plan.probes.prefix
-        size = min(spec.prefix_tokens or min(4096, context // 2),
-                   context - spec.question_tokens - 1)
+        size = prefix_size(spec, context)
         # the first request is a warm-up of the prefix; a cache spares the later ones'
         # prefixes, which the estimate does not count on
         return Work(requests=spec.requests + 1,
@@ -40,10 +46,7 @@ class Prefix(Probe):
 
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
         spec = session.plan.probes.prefix
-        context = session.context_length
-        size = spec.prefix_tokens or min(4096, (context or 8192) // 2)
-        if context:
-            size = min(size, context - spec.question_tokens - 1)
+        size = prefix_size(spec, session.context_length)
         source = prompts.Prompts(session.stream)
         shared = source.unique(size, prompts.PREFIX)
         questions = [source.unique(spec.question_tokens, prompts.PREFIX + 1 + i)
