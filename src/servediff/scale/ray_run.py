@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servediff import atomic
-from servediff.bundle import Layout, write_lock, write_manifest
+from servediff.bundle import write_lock, write_manifest
 from servediff.errors import InputError, ServediffError
-from servediff.evidence import Launch, Phase
+from servediff.evidence import Launch, Phase, load_name
 from servediff.plan import lock
 from servediff.probes import cells_of_load
 from servediff.runner import Runner
@@ -209,25 +209,17 @@ class RayRunner(Runner):
                                base_dir=str(self.base_dir.resolve()), run_id=self.run_id,
                                seeds=self.seeds(arm, load, phase, todo))
             lane.before = self.progress(todo)
-            self.room.observer.load_starting(arm, load, self.attempts(lane.job) + 1, phase)
+            self.room.observer.load_starting(
+                arm, load, len(self.room.load_record(arm, load, phase).launches) + 1, phase)
             scale = self.room.plan.scale
             lane.ref = self.remote_load.options(
                 num_cpus=scale.cpus_per_load, num_gpus=scale.gpus_per_load,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     lane.group, placement_group_bundle_index=0)).remote(lane.job)
 
-    def attempts(self, job: LoadJob) -> int:
-        ref = Layout.load_ref(job.name)
-        if ref not in job.seeds:
-            return 0
-        import json
-
-        return len(json.loads(job.seeds[ref]).get("launches", []))
-
     def seeds(self, arm: str, load: int, phase: Phase, todo: list[Any]) -> dict[str, bytes]:
-        probe = LoadJob(plan=self.room.plan, corpus=self.room.corpus, arm=arm, load=load,
-                        phase=phase, todo=todo, base_dir="", run_id="", seeds={})
-        return worker.collect(self.layout.root, probe)
+        """What the bundle holds of the load so far, for the worker's scratch directory."""
+        return worker.collect(self.layout.root, load_name(arm, load, phase), todo)
 
     def collect(self, ray: Any, lane: Lane, bundle: dict[str, float], placement_group: Any,
                 remove_placement_group: Any) -> None:
@@ -303,7 +295,7 @@ class RayRunner(Runner):
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic.write_bytes(path, data)
         if result.files:
-            for path in worker.load_files(root, job):
+            for path in worker.load_files(root, job.name, job.todo):
                 ref = str(path.relative_to(root))
                 if ref.startswith("partial/") and ref not in result.files:
                     path.unlink()

@@ -23,7 +23,7 @@ from servediff.engines import registry
 from servediff.engines.process import EngineProcess, stop_stale
 from servediff.evidence import LoadRecord, Phase, load_name
 from servediff.plan import Plan
-from servediff.runner import measure_load, resolve_model
+from servediff.runner import SilentObserver, measure_load, resolve_model
 from servediff.schedule import CellSpec
 from servediff.session import Model, Room
 
@@ -59,36 +59,18 @@ class LoadResult:
     cells: list[tuple[str, float]] = field(default_factory=list)
 
 
-class Recorder:
+class Recorder(SilentObserver):
     """The worker's Observer: notes and finished cells, sent back with the result."""
 
     def __init__(self) -> None:
         self.notes: list[str] = []
         self.cells: list[tuple[str, float]] = []
 
-    def run_starting(self, loads: int, cells: int) -> None:
-        pass
-
     def note(self, message: str) -> None:
         self.notes.append(message)
 
-    def load_starting(self, arm: str, load: int, attempt: int, phase: Phase) -> None:
-        pass
-
-    def load_ready(self, arm: str, load: int, seconds: float, phase: Phase) -> None:
-        pass
-
-    def cell_starting(self, name: str, total: int) -> None:
-        pass
-
-    def cell_advanced(self, done: int) -> None:
-        pass
-
     def cell_finished(self, name: str, seconds: float) -> None:
         self.cells.append((name, seconds))
-
-    def drift_finished(self, done: list[str], pending: list[str]) -> None:
-        pass
 
 
 def scratch_root(run_id: str) -> Path:
@@ -96,17 +78,18 @@ def scratch_root(run_id: str) -> Path:
     return Path(tempfile.gettempdir()) / "servediff-scratch" / run_id
 
 
-def load_files(root: Path, job: LoadJob) -> list[Path]:
-    """Every file of the load under `root`: its record, log, cells and partial files."""
-    paths = [root / Layout.load_ref(job.name), Layout(root).log(job.name)]
-    for cell in job.todo:
+def load_files(root: Path, name: str, cells: list[CellSpec]) -> list[Path]:
+    """Every file under `root` of load `name` measuring `cells`: its record, log, cells and
+    partial files."""
+    paths = [root / Layout.load_ref(name), Layout(root).log(name)]
+    for cell in cells:
         paths.append(root / Layout.cell_ref(cell.name))
         paths += sorted((root / "partial").glob(f"{cell.name}-*.json"))
     return [p for p in paths if p.is_file()]
 
 
-def collect(root: Path, job: LoadJob) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in load_files(root, job)}
+def collect(root: Path, name: str, cells: list[CellSpec]) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in load_files(root, name, cells)}
 
 
 _MODELS: dict[tuple[str, str | None, str, str], Model] = {}
@@ -131,7 +114,8 @@ def node_id() -> str:
 def run_load(job: LoadJob) -> LoadResult:
     """Measure one load on this node and return its files."""
     root = scratch_root(job.run_id)
-    for path in load_files(root, job):  # the bundle is the truth: what it lacks goes too
+    # the bundle is the truth: what it lacks of the load goes here too
+    for path in load_files(root, job.name, job.todo):
         path.unlink()
     for ref, data in job.seeds.items():
         (root / ref).parent.mkdir(parents=True, exist_ok=True)
@@ -142,7 +126,7 @@ def run_load(job: LoadJob) -> LoadResult:
                 layout=Layout(root), observer=recorder, launcher=EngineProcess, node=node)
     (root / "logs").mkdir(parents=True, exist_ok=True)
     measure_load(room, job.arm, job.load, job.phase, job.todo, _model(job.plan, job.base_dir))
-    return LoadResult(files=collect(root, job), node=node, notes=recorder.notes,
+    return LoadResult(files=collect(root, job.name, job.todo), node=node, notes=recorder.notes,
                       cells=recorder.cells)
 
 
@@ -166,4 +150,4 @@ def reap(job: LoadJob, why: str) -> LoadResult:
                     "its engine was still running and is now stopped"
                     if launch.stop.found_alive else "its engine had already ended"))
         atomic.write_json(path, record.model_dump(mode="json"))
-    return LoadResult(files=collect(root, job), node=node_id(), notes=notes)
+    return LoadResult(files=collect(root, job.name, job.todo), node=node_id(), notes=notes)
