@@ -201,6 +201,10 @@ def _speed_lines(ax: Axes, series: list[tuple[str, list[SpeedAtLength]]], metric
         if bands:
             ax.fill_between([x for x, _ in bands], [b[0] for _, b in bands],
                             [b[1] for _, b in bands], alpha=0.25, color=line.get_color())
+            if len(bands) == 1:  # a band at one length only: fill_between draws nothing
+                x, b = bands[0]
+                ax.errorbar([x], [(b[0] + b[1]) / 2], yerr=[[(b[1] - b[0]) / 2]],
+                            color=line.get_color(), capsize=4)
 
 
 def _speed_bars(ax: Axes, series: list[tuple[str, list[SpeedAtLength]]], metric: Metric) -> None:
