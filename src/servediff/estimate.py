@@ -53,8 +53,7 @@ GPU = Rates("GPU", prefill_tok_s=46_675.0, decode_tok_s=54.6, parameters=1_711_0
 @dataclass(frozen=True)
 class Estimate:
     seconds: float
-    device: str
-    parameters: int
+    # what it assumed, in words
     basis: str
 
 
@@ -118,7 +117,7 @@ def estimate(plan: Plan, size: Size, base_dir: Path) -> Estimate | str:
     seconds = size.loads * start + gated * plan.quiet.window_s + compute
     basis = (f"{parameters / 1e6:,.0f} M parameters ({how}) on the {rates.device}, at rates "
              f"from {rates.source}, and a {start:.0f} s start per load")
-    return Estimate(seconds=seconds, device=rates.device, parameters=parameters, basis=basis)
+    return Estimate(seconds=seconds, basis=basis)
 
 
 def describe(found: Estimate | str) -> str:
