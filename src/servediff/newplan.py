@@ -66,11 +66,15 @@ def probe_settings(small: bool) -> dict[str, dict[str, Any]]:
             for name, section in spec.model_dump(mode="json").items()}
 
 
-def plan_text(engine: str, model: str, name: str, small: bool, header: list[str]) -> str:
+def comments(header: list[str]) -> str:
+    """The plan's header: each line a TOML comment, wrapped."""
+    return "".join(f"# {part}\n" for line in header
+                   for part in textwrap.wrap(line, 86, subsequent_indent="  "))
+
+
+def plan_text(engine: str, model: str, name: str, small: bool) -> str:
     base, candidate, what = EXAMPLE_ARMS.get(engine, ({}, {"args": []}, "the flag under test"))
-    lines = [f"# {part}" for line in header
-             for part in textwrap.wrap(line, 86, subsequent_indent="  ")]
-    lines += [
+    lines = [
         "",
         f"name = {toml_value(name)}",
         f"engine = {toml_value(engine)}",

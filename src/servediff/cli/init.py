@@ -13,7 +13,7 @@ from servediff.cli.console import err, out
 from servediff.engines import registry
 from servediff.errors import InputError
 from servediff.estimate import describe, estimate
-from servediff.newplan import plan_text
+from servediff.newplan import comments, plan_text
 from servediff.plan import BUILTIN_MODELS, resolve_plan
 from servediff.probes import protocol_size
 
@@ -51,8 +51,8 @@ def init(engine: str, model: str, target: Path, size: str, name: str | None,
     model = plan_model(model, target.parent)
     base = target.parent
     base.mkdir(parents=True, exist_ok=True)  # a path through it must resolve
-    plan, corpus = resolve_plan(tomllib.loads(plan_text(engine, model, name, small, [])),
-                                str(target), base)
+    body = plan_text(engine, model, name, small)
+    plan, corpus = resolve_plan(tomllib.loads(body), str(target), base)
     found = protocol_size(plan, corpus)
     header = [
         f"servediff plan for {engine} and {model}, written by `servediff init`; run it with",
@@ -62,9 +62,8 @@ def init(engine: str, model: str, target: Path, size: str, name: str | None,
         "requests",
         describe(estimate(plan, found, base)),
     ]
-    text = plan_text(engine, model, name, small, header)
-    resolve_plan(tomllib.loads(text), str(target), base)  # what is written is a valid plan
-    atomic.write_text(target, text)
+    # the plan validated above, under its header of comments
+    atomic.write_text(target, comments(header) + body)
     out.print(f"wrote {target}", highlight=False)
     for line in header[2:]:
         err.print(line, highlight=False, soft_wrap=True)
