@@ -126,7 +126,10 @@ def gpu_models() -> list[str]:
     return sorted(g.name for g in _gpus(set()))
 
 
-def read_conditions(engine_pgid: int | None = None) -> Conditions:
+def read_conditions(engine_pgid: int | None = None, node: str | None = None,
+                    gpus_given: str | None = None) -> Conditions:
+    """The box now; `node` and `gpus_given` name where the engine runs (a Ray node, its
+    CUDA_VISIBLE_DEVICES), so that a cell read alone says where it was measured."""
     mem = psutil.virtual_memory()
     exclude = ours(engine_pgid)
     others = processes(exclude)
@@ -141,4 +144,5 @@ def read_conditions(engine_pgid: int | None = None) -> Conditions:
         mem_total_mb=mem.total // 2**20, mem_available_mb=mem.available // 2**20,
         python=platform.python_version(), packages=_packages(), gpus=_gpus(engine, exclude),
         engine_pids=sorted(engine),
-        foreign_cpu_cores=round(sum(p.cpu_cores for p in others), 3), foreign=others[:TOP])
+        foreign_cpu_cores=round(sum(p.cpu_cores for p in others), 3), foreign=others[:TOP],
+        node=node, gpus_given=gpus_given)

@@ -72,6 +72,10 @@ class Conditions(Model):
     # CPU used by other processes since the previous reading (cores), the busiest of them
     foreign_cpu_cores: float | None = None
     foreign: list[ProcessUse] = Field(default_factory=list)
+    # Where the cell ran: the Ray node (None: where servediff ran) and the GPUs the engine
+    # was given (CUDA_VISIBLE_DEVICES; None: not set, it saw every GPU in `gpus`).
+    node: str | None = None
+    gpus_given: str | None = None
 
 
 class Record(Model):

@@ -28,7 +28,7 @@ from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions
 from servediff.engines.process import EngineHandle, Launcher, free_port
 from servediff.engines.transport import EngineClient, Watch
 from servediff.errors import BusyMachineError, EngineError, EngineStartError
-from servediff.evidence import Cell, Gate, Launch, LoadRecord, Phase, Skipped, load_name
+from servediff.evidence import Cell, Conditions, Gate, Launch, LoadRecord, Phase, Skipped, load_name
 from servediff.plan import Plan, arm_options, cache_policy
 from servediff.schedule import CellSpec
 
@@ -320,17 +320,22 @@ class LoadSession:
                                  f"the context of {context}")
                          for n in lengths if n + extra > context]
 
+    def conditions(self) -> Conditions:
+        """The box now, and where this launch's engine runs."""
+        return read_conditions(self.launch.pgid, self.launch.node,
+                               self.launch.cuda_visible_devices)
+
     def cell(self, spec: CellSpec, order: list[str] | None = None) -> Cell:
         """A new cell of this launch, its conditions read now; its clock starts now."""
         return Cell(arm=spec.arm, load=spec.load, phase=spec.phase, probe=spec.probe,
                     repeat=spec.repeat, launch=self.launch.attempt, order=order or [],
                     started_at=time.time(), wall_seconds=0.0, engine_seconds=0.0,
-                    conditions=read_conditions(self.launch.pgid), records=[],
+                    conditions=self.conditions(), records=[],
                     context_length=self.context_length)
 
     def finish(self, cell: Cell, engine_seconds: float | None = None) -> None:
         """Close a cell's clock and write it."""
-        cell.conditions_after = read_conditions(self.launch.pgid)
+        cell.conditions_after = self.conditions()
         cell.wall_seconds = round(time.time() - cell.started_at, 6)
         cell.engine_seconds = round(cell.wall_seconds if engine_seconds is None
                                     else engine_seconds, 6)

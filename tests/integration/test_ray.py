@@ -18,6 +18,7 @@ import psutil
 import pytest
 from ray.cluster_utils import Cluster
 
+from servediff.evidence import load_name
 from tests.integration.engines import DRIFT_ONLY, assert_all_stopped, run_plan, servediff
 
 pytestmark = pytest.mark.integration
@@ -78,11 +79,13 @@ def launches(run: Path) -> list[dict[str, Any]]:
 
 
 def engines_alive() -> list[psutil.Process]:
-    """Embedded engines alive now (the other tests' are stopped by the time these run)."""
+    """Embedded engines of this Python environment alive now (the other tests' are stopped
+    by the time these run; another checkout's test run on this machine is not ours)."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "servediff.engines.hf_server" in cmd and "servediff.engines.supervise" not in cmd:
+        if "servediff.engines.hf_server" in cmd and "servediff.engines.supervise" not in cmd \
+                and Path(cmd[0]).parent == Path(sys.executable).parent:
             found.append(proc)
     return found
 
@@ -125,6 +128,13 @@ def test_two_comparisons_on_two_nodes_give_the_serial_summary(tmp_path: Path,
         assert len({x["node"] for a in arms
                     for x in json.loads((run / "loads" / f"{a}-load1.json").read_text())
                     ["launches"]}) == 1
+    # each cell's conditions name the node its launch ran on
+    node_of = {(p.stem, x["attempt"]): x["node"] for p in (run / "loads").glob("*.json")
+               for x in json.loads(p.read_text())["launches"]}
+    cells = [json.loads(p.read_text()) for p in (run / "cells").glob("*.json")]
+    assert len(cells) >= 8 and all(
+        c[when]["node"] == node_of[(load_name(c["arm"], c["load"], c["phase"]), c["launch"])]
+        for c in cells for when in ("conditions", "conditions_after"))
     # arms of different comparisons are never compared
     shifts = {(s["arm_a"], s["arm_b"]) for s in summary(run)["arm_shifts"]}
     assert shifts == {("sdpa", "eager"), ("fp32", "bf16")}

@@ -8,7 +8,8 @@ from pathlib import Path
 from servediff.analysis.cost import order_effect
 from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence
-from servediff.evidence import Cell, ProcessUse
+from servediff.evidence import Cell, Conditions, GpuReading, ProcessUse
+from servediff.report.costs import conditions_lines
 from servediff.report.words import claim_text
 from tests.fixtures.bundles import cell, conditions, make_bundle, speed_cell
 
@@ -100,3 +101,21 @@ def test_conditions_read_the_machine_and_name_other_processes():
     assert now.host and now.cpu_count > 0 and now.mem_available_mb
     assert hog in {p.pid for p in now.foreign}
     assert (now.foreign_cpu_cores or 0) > 0.2
+
+
+def test_each_arm_names_the_gpu_its_engine_computed_on(tmp_path: Path):
+    # two arms on one machine with two GPUs, each engine (pid 7) on its own GPU, beside
+    # another process (pid 9) on both: a cell read alone names its node and GPU
+    def on(gpu: int) -> Conditions:
+        gpus = [GpuReading(index=i, name="NVIDIA H200", compute_pids=[9, 7] if i == gpu else [9])
+                for i in (0, 1)]
+        return conditions().model_copy(update={"gpus": gpus, "engine_pids": [7],
+                                               "node": "a1b2c3d4e5f6", "gpus_given": str(gpu)})
+
+    cells = [cell("a", 1), cell("b", 1)]
+    cells = [c.model_copy(update={"conditions": on(i)}) for i, c in enumerate(cells)]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, loads=1)))
+    assert summary.conditions["a"].gpus_used == ["Ray node a1b2c3d4: GPU 0 (NVIDIA H200)"]
+    assert summary.conditions["b"].gpus_used == ["Ray node a1b2c3d4: GPU 1 (NVIDIA H200)"]
+    table = "\n".join(conditions_lines(summary))
+    assert "| engine's GPUs |" in table and "GPU 1 (NVIDIA H200)" in table

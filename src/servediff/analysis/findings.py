@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
 from servediff.plan import ProbesSpec
 
-SUMMARY_SCHEMA_VERSION = 3
+SUMMARY_SCHEMA_VERSION = 4
 
 Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
 Band = list[float]
@@ -722,6 +722,9 @@ class ArmConditions(Finding):
     busy_cells: int
     gates: int
     gates_not_quiet: int
+    # the GPUs an engine of the arm computed on, as NVML listed its processes at a reading
+    # ("GPU 0 (NVIDIA H200)", prefixed with the Ray node on a cluster); schema 4
+    gpus_used: list[str] = Field(default_factory=list)
 
 
 class Setup(Finding):

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from servediff.analysis import cost, drift, generation, stats, verdict
 from servediff.analysis.findings import ArmConditions, ArmCosts, ArmDrift, Summary, Untested
 from servediff.bundle import Evidence
-from servediff.evidence import Cell
+from servediff.evidence import Cell, Conditions
 from servediff.plan import Plan
 
 # Probes servediff defines; the ones a run did not measure are listed as not tested.
@@ -45,6 +45,13 @@ def untested(plan: Plan, arms: Mapping[str, ArmDrift], costs: Mapping[str, ArmCo
     return out
 
 
+def gpus_used(readings: list[Conditions]) -> list[str]:
+    """The GPUs on which NVML listed one of the engine's processes, named with their node."""
+    return sorted({f"{f'Ray node {c.node[:8]}: ' if c.node else ''}GPU {g.index} ({g.name})"
+                   for c in readings for g in c.gpus
+                   if set(g.compute_pids or ()) & set(c.engine_pids)})
+
+
 def conditions(evidence: Evidence, by_arm: Mapping[str, list[Cell]]
                ) -> dict[str, ArmConditions]:
     """What the box was doing around each arm's cells, read before and after each."""
@@ -73,7 +80,8 @@ def conditions(evidence: Evidence, by_arm: Mapping[str, list[Cell]]
             busy_cells=sum(bool(cost.busy_reasons(
                 cell, launches.get((cell.arm, cell.load, cell.phase, cell.launch)),
                 evidence.plan.quiet)) for cell in cells),
-            gates=len(gates), gates_not_quiet=sum(not g.quiet for g in gates))
+            gates=len(gates), gates_not_quiet=sum(not g.quiet for g in gates),
+            gpus_used=gpus_used(readings))
     return out
 
 

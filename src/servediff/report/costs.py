@@ -131,18 +131,21 @@ def conditions_lines(summary: Summary) -> list[str]:
     rows = summary.conditions
     if not rows:
         return []
-    shown = {arm: (c.machines, c.gpu_sm_clock_mhz, c.busy_cells > 0, c.throttled_cells > 0)
+    shown = {arm: (c.machines, c.gpus_used, c.gpu_sm_clock_mhz, c.busy_cells > 0,
+                   c.throttled_cells > 0)
              for arm, c in rows.items()}
     busy = any(c.busy_cells or c.gates_not_quiet for c in rows.values())
     if len(set(map(str, shown.values()))) <= 1 and not busy:
         return []
     lines = ["Conditions per arm (read before and after every cell; other processes are "
              "everything but servediff and the engine):", "",
-             "| arm | machine | other processes, CPU cores (max) | load average (max) | "
-             "GPU SM clocks MHz | cells throttled | cells busy | gates not quiet |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| arm | machine | engine's GPUs | other processes, CPU cores (max) | "
+             "load average (max) | GPU SM clocks MHz | cells throttled | cells busy | "
+             "gates not quiet |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for arm, c in rows.items():
         lines.append(f"| `{arm}` | {', '.join(c.machines) or '-'} | "
+                     f"{', '.join(c.gpus_used) or '-'} | "
                      f"{_n(c.foreign_cpu_cores_max)} | {_n(c.loadavg_max)} | "
                      f"{', '.join(str(x) for x in c.gpu_sm_clock_mhz) or '-'} | "
                      f"{c.throttled_cells} | {c.busy_cells} | {c.gates_not_quiet} of {c.gates} |")
