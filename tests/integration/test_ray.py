@@ -19,7 +19,14 @@ import pytest
 from ray.cluster_utils import Cluster
 
 from servediff.evidence import load_name
-from tests.integration.engines import DRIFT_ONLY, assert_all_stopped, run_plan, servediff
+from tests.integration.engines import (
+    DRIFT_ONLY,
+    MARK_BUSY,
+    assert_all_stopped,
+    probes_off,
+    run_plan,
+    servediff,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -210,4 +217,37 @@ def test_a_node_lost_mid_load_is_recorded_and_its_comparison_moves_to_another_no
     assert summary(run)["cells"] == summary(serial)["cells"]
     assert same_drift(run, serial)
     time.sleep(5)  # the lost node's engine ends with its Ray worker
+    assert engines_alive() == []
+
+
+def test_a_cost_load_runs_with_nothing_beside_it_on_its_node(tmp_path: Path):
+    # one node with two slots: the two comparisons' drift loads share it, and each cost
+    # load waits until the node is empty and keeps it empty while it runs
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    nodes.wait_for_nodes()
+    plan = PLAN.replace("[corpus]", "cost_loads_per_arm = 1\n[corpus]").replace(
+        DRIFT_ONLY, probes_off("concurrency", "generate", "sweep", "prefix") + MARK_BUSY
+        + "[probes.speed]\nprompt_tokens = [64]\nmax_tokens = 4\nreplicates = 1\n")
+    (tmp_path / "plan.toml").write_text(plan)
+    try:
+        done = servediff("run", "plan.toml", "--out", "run", "--ray", nodes.address,
+                         cwd=tmp_path)
+    finally:
+        nodes.shutdown()
+    assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
+    run = tmp_path / "run"
+    spans = [(p.stem, x["started_at"], x["finished_at"], x["node"])
+             for p in sorted((run / "loads").glob("*.json"))
+             for x in json.loads(p.read_text())["launches"]]
+    assert len(spans) == 12 and len({node for *_, node in spans}) == 1
+
+    def overlap(a: tuple[str, float, float, str], b: tuple[str, float, float, str]) -> bool:
+        return a[1] < b[2] and b[1] < a[2]
+
+    pairs = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:] if overlap(a, b)]
+    # the node did run two loads at once (drift), never beside a cost load
+    assert any("-load" in a[0] and "-load" in b[0] for a, b in pairs)
+    assert [(a[0], b[0]) for a, b in pairs if "-cost" in a[0] + b[0]] == []
+    assert all(summary(run)["costs"][arm]["speed"] for arm in ("sdpa", "eager", "fp32", "bf16"))
+    assert_all_stopped(run)
     assert engines_alive() == []

@@ -120,8 +120,8 @@ def test_a_cost_load_has_its_node_to_itself():
         def __init__(self, phase: str) -> None:
             self.phase = phase
 
-    def lane(node: str, running: str | None = None) -> Lane:
-        it = Lane(arms=["a"], loads=deque(), node=node)
+    def lane(node: str, running: str | None = None, waits: str | None = None) -> Lane:
+        it = Lane(arms=["a"], loads=deque([("a", 1, waits)] if waits else []), node=node)
         if running is not None:
             it.ref, it.job = object(), Job(running)  # type: ignore[assignment]
         return it
@@ -136,3 +136,8 @@ def test_a_cost_load_has_its_node_to_itself():
     assert not may_start("drift", me, beside_cost) and not may_start("cost", me, beside_cost)
     # alone on its node (or with idle lanes) a cost load starts
     assert may_start("cost", me, [me, lane("n1"), lane("n2", "drift")])
+    # a cost load waiting on the node holds back new drift loads there (not elsewhere), and
+    # two lanes that both wait for a cost load do not hold each other back
+    waiting = [me, lane("n1", waits="cost")]
+    assert not may_start("drift", me, waiting) and may_start("cost", me, waiting)
+    assert may_start("drift", me, [me, lane("n2", waits="cost"), lane("n1", waits="drift")])

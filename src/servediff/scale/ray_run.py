@@ -89,10 +89,15 @@ def check_resources(ray: Any, cpus: float, gpus: float) -> None:
 
 def may_start(phase: Phase, lane: Lane, lanes: list[Lane]) -> bool:
     """Whether a load of `phase` may start in `lane` now: a cost load only on a node where
-    nothing else runs, and nothing beside a running cost load."""
-    others = [x for x in lanes if x is not lane and x.ref is not None and x.node == lane.node]
-    return not any(phase == "cost" or (x.job is not None and x.job.phase == "cost")
-                   for x in others)
+    nothing else runs, and nothing beside a running cost load. A cost load waiting for its
+    node holds back other drift loads there, so that the node empties for it (else a busy
+    neighbour would start load after load and push every cost load to the end)."""
+    others = [x for x in lanes if x is not lane and x.node == lane.node]
+    running = [x for x in others if x.ref is not None]
+    if phase == "cost":
+        return not running
+    return not any(x.job is not None and x.job.phase == "cost" for x in running) and \
+        not any(x.waiting() == "cost" for x in others)
 
 
 @dataclass
@@ -108,6 +113,10 @@ class Lane:
     barren: int = 0
     before: int = 0
     room_class: dict[str, float] = field(default_factory=dict)
+
+    def waiting(self) -> Phase | None:
+        """The phase of the load this lane waits to start (None: it runs one, or is done)."""
+        return self.loads[0][2] if self.ref is None and self.loads else None
 
 
 class RayRunner(Runner):
