@@ -225,9 +225,10 @@ def test_a_cost_load_runs_with_nothing_beside_it_on_its_node(tmp_path: Path):
     # load waits until the node is empty and keeps it empty while it runs
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
     nodes.wait_for_nodes()
-    plan = PLAN.replace("[corpus]", "cost_loads_per_arm = 1\n[corpus]").replace(
-        DRIFT_ONLY, probes_off("concurrency", "generate", "sweep", "prefix") + MARK_BUSY
-        + "[probes.speed]\nprompt_tokens = [64]\nmax_tokens = 4\nreplicates = 1\n")
+    cost = (probes_off("concurrency", "generate", "sweep", "prefix") + MARK_BUSY
+            + "[probes.speed]\nprompt_tokens = [64]\nmax_tokens = 4\nreplicates = 1\n")
+    plan = PLAN.replace("loads_per_arm = 2\n", "loads_per_arm = 2\ncost_loads_per_arm = 1\n"
+                        ).replace(DRIFT_ONLY, cost)
     (tmp_path / "plan.toml").write_text(plan)
     try:
         done = servediff("run", "plan.toml", "--out", "run", "--ray", nodes.address,
