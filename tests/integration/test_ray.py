@@ -191,18 +191,22 @@ def test_ctrl_c_stops_the_remote_engines_and_the_run_resumes(tmp_path: Path,
     assert_all_stopped(run)
 
 
-def test_a_node_lost_mid_load_is_recorded_and_its_comparison_moves_to_another_node(
+def test_a_node_lost_mid_load_is_recorded_and_its_rooms_move_to_a_node_of_its_class(
         tmp_path: Path, serial: Path):
-    # a cluster of its own: a head that runs no loads and two nodes of one slot each
+    # a cluster of its own: a head that runs no loads and a node of GPU model X that holds
+    # both comparisons; once a load runs there, a second node of model X and one of model
+    # Y join, and the first is lost. Its rooms must move to the X node, never to the Y one.
+    # (Ray names a GPU node's model as the resource accelerator_type:<model>; these CPU
+    # nodes are given one by hand.)
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    workers = [nodes.add_node(num_cpus=1) for _ in range(2)]
+    lost = nodes.add_node(num_cpus=2, resources={"accelerator_type:X": 1})
     nodes.wait_for_nodes()
     try:
         driver = start(tmp_path, nodes.address)
-        engine = wait_for_engine(driver)
-        raylet = next(p.pid for p in engine.parents() if p.name() == "raylet")
-        (lost,) = [n for n in workers
-                   if n.all_processes["raylet"][0].process.pid == raylet]
+        wait_for_engine(driver)
+        same = nodes.add_node(num_cpus=2, resources={"accelerator_type:X": 1})
+        other = nodes.add_node(num_cpus=2, resources={"accelerator_type:Y": 1})
+        nodes.wait_for_nodes()
         nodes.remove_node(lost, allow_graceful=False)
         output, _ = driver.communicate(timeout=900)
     finally:
@@ -211,9 +215,11 @@ def test_a_node_lost_mid_load_is_recorded_and_its_comparison_moves_to_another_no
     run = tmp_path / "run"
     gone = [x for x in launches(run) if x["error"] and "its node cannot be reached"
             in x["error"]]
-    assert len(gone) == 1 and gone[0]["node"]
-    # the comparison finished on the other node; the drift answer is the serial one
-    assert len({x["node"] for x in launches(run)}) == 2
+    assert gone and {x["node"] for x in gone} == {lost.node_id}
+    # both comparisons finished on the node of the same model; the drift answer is the
+    # serial one
+    assert {x["node"] for x in launches(run)} == {lost.node_id, same.node_id}
+    assert other.node_id not in {x["node"] for x in launches(run)}
     assert summary(run)["cells"] == summary(serial)["cells"]
     assert same_drift(run, serial)
     time.sleep(5)  # the lost node's engine ends with its Ray worker

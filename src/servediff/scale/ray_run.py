@@ -211,6 +211,9 @@ class RayRunner(Runner):
                 if table.get("state") != "CREATED":
                     return
                 lane.node = table["bundles_to_node_id"][0]
+                # its class, read while the node is alive: a lost node's room moves to one
+                # of the same GPU model
+                lane.room_class = lane.room_class or self.room_class(ray, lane.node)
             if not may_start(phase, lane, lanes):
                 return  # a cost load has its node to itself
             lane.job = LoadJob(plan=self.room.plan, corpus=self.room.corpus, arm=arm,
@@ -249,9 +252,7 @@ class RayRunner(Runner):
                                f"({type(exc).__name__})")
             if result.node == "" and lane.node is not None:
                 # the node is gone: a new room of the same class for the rest
-                old = lane.node
                 remove_placement_group(lane.group)
-                lane.room_class = self.room_class(ray, old)
                 lane.group = placement_group([{**bundle, **lane.room_class}],
                                              strategy="STRICT_PACK")
                 lane.node = None
