@@ -5,6 +5,7 @@
     python3 scripts/gpu_validation.py compile --out DIR [--budget S]
     python3 scripts/gpu_validation.py quiet --out DIR [--budget S]
     python3 scripts/gpu_validation.py ray --out DIR [--budget S] [--gpus-per-load G]  # Ray
+    python3 scripts/gpu_validation.py ray-cost --out DIR [--gpus-per-load G]  # cost loads
 
 Run from the repository root on the GPU machine, with servediff importable
 (PYTHONPATH=src and its dependencies; docs/validation/README.md says how they
@@ -282,9 +283,28 @@ def ray_plans(device: str, gpus: float) -> list[tuple[str, str]]:
     """Two comparisons of the embedded engine, run one after the other and on a local Ray
     cluster with `gpus` GPUs per load (1 on a 2-GPU machine: one comparison per GPU; 0.5
     on one GPU: the two comparisons share it)."""
+    body = two_comparisons(device, gpus, "[probes.speed]\nenabled = false\n")
+    tag = "h200x2" if gpus >= 1 else "h200-shared"
+    return [(f"{tag}-serial", f'name = "{tag}-serial"\n{body}'),
+            (f"{tag}-ray", f'name = "{tag}-ray"\n{body}')]
+
+
+def ray_cost_plans(device: str, gpus: float) -> list[tuple[str, str]]:
+    """The same two comparisons on Ray with a cost load per arm (speed at 512 and 2,048
+    prompt tokens, 3 replicates) and the quiet-box gate before each, marking: every cost
+    load must run with nothing beside it on the node, and its gate must find it quiet."""
+    body = two_comparisons(device, gpus, "[probes.speed]\nprompt_tokens = [512, 2048]\n"
+                           "max_tokens = 32\nreplicates = 3\n"
+                           '[quiet]\naction = "mark"\nwait_s = 30\nwindow_s = 3\n',
+                           cost_loads=1)
+    return [("h200-shared-ray-cost", f'name = "h200-shared-ray-cost"\n{body}')]
+
+
+def two_comparisons(device: str, gpus: float, probes: str, cost_loads: int = 2) -> str:
     model = make_model("135m", device=device)
-    body = (
+    return (
         f'engine = "transformers"\nmodel = "{model}"\nloads_per_arm = 2\n'
+        f"cost_loads_per_arm = {cost_loads}\n"
         'comparisons = [["fp32", "bf16"], ["sdpa", "eager"]]\n'
         f'[engine_options]\ndevice = "{device}"\nthreads = 2\n'
         '[arms.fp32]\noptions = { dtype = "float32" }\n'
@@ -294,18 +314,15 @@ def ray_plans(device: str, gpus: float) -> list[tuple[str, str]]:
         "[corpus]\nmax_texts = 16\n[probes.repeat]\ncount = 1\nbatch_sizes = [8]\n"
         "[probes.concurrency]\nkinds = [\"generate\"]\nlengths = [256]\nlevels = [1, 4]\n"
         "requests = 8\n[probes.generate]\ntexts = 4\n"
-        "[probes.speed]\nenabled = false\n[probes.sweep]\nenabled = false\n"
-        "[probes.prefix]\nenabled = false\n"
-        f"[scale]\ncpus_per_load = {4 if device == 'cuda' else 1}\n"
+        "[probes.sweep]\nenabled = false\n[probes.prefix]\nenabled = false\n"
+        f"{probes}[scale]\ncpus_per_load = {4 if device == 'cuda' else 1}\n"
         f"gpus_per_load = {gpus if device == 'cuda' else 0}\n")
-    tag = "h200x2" if gpus >= 1 else "h200-shared"
-    return [(f"{tag}-serial", f'name = "{tag}-serial"\n{body}'),
-            (f"{tag}-ray", f'name = "{tag}-ray"\n{body}')]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("part", choices=["transformers", "llama", "compile", "quiet", "ray"])
+    parser.add_argument("part", choices=["transformers", "llama", "compile", "quiet", "ray",
+                                         "ray-cost"])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=540.0)
     parser.add_argument("--device", default="cuda")
@@ -322,6 +339,7 @@ def main() -> None:
              else compile_plans(args.device) if args.part == "compile"
              else quiet_plans(args.device) if args.part == "quiet"
              else ray_plans(args.device, args.gpus_per_load) if args.part == "ray"
+             else ray_cost_plans(args.device, args.gpus_per_load) if args.part == "ray-cost"
              else llama_plans(deadline))
     print(f"models ready after {time.monotonic() - t0:.0f} s", flush=True)
     budgets = dict(p.split("=") for p in args.plans or [])
@@ -334,7 +352,7 @@ def main() -> None:
             if name.startswith("h200-busy") and hog is None:
                 hog = start_hog()
             end = min(deadline, time.monotonic() + float(budgets[name])) if budgets else deadline
-            extra = ("--ray", "auto") if name.endswith("-ray") else ()
+            extra = ("--ray", "auto") if "-ray" in name else ()
             walls[name] = run_plan(name, text, end, args.out, extra)
             (args.out / "walls.json").write_text(json.dumps(walls, indent=1))
     finally:

@@ -176,10 +176,10 @@ def _h200(name: str, into: Path) -> Path:
 
 
 def rederives(run: Path) -> Summary:
-    """The run's summary re-derived; a bundle written in schema 3 holds every value at the
-    same place in it (what `rederive` checks across schema versions)."""
+    """The run's summary re-derived: equal to summary.json where that is in today's schema,
+    and holding every value of an older one at the same place (what `rederive` checks)."""
     stored = json.loads((run / "summary.json").read_text())
-    assert stored["schema_version"] == 3
+    assert stored["schema_version"] in (3, SUMMARY_SCHEMA_VERSION)
     summary = summarize(read_evidence(run))
     assert differences(stored, json.loads(summary.model_dump_json()), limit=0)[1] == []
     return summary
@@ -260,3 +260,31 @@ def test_two_comparisons_on_ray_on_an_h200_give_the_serial_numbers(tmp_path: Pat
         x["weights_sha256"]["model.safetensors"]
         for p in sorted((serial / "loads").glob("*.json"))
         for x in json.loads(p.read_text())["launches"]}
+
+
+def test_cost_loads_on_ray_on_an_h200_ran_alone_on_their_node(tmp_path: Path):
+    """The two comparisons on Ray on one H200 with a cost load per arm (docs/validation/
+    README.md): drift loads of the two comparisons overlapped on the node, no load ran
+    beside a cost load, each cost load's gate found the box quiet, every cell names its
+    node and GPU, and the drift signatures are those of the serial run."""
+    run = _h200("h200-shared-ray-cost", tmp_path)
+    spans = [(p.stem, x["started_at"], x["finished_at"], x["node"], x["gate"])
+             for p in sorted((run / "loads").glob("*.json"))
+             for x in json.loads(p.read_text())["launches"]]
+    assert len(spans) == 12 and len({s[3] for s in spans}) == 1
+    pairs = [(a[0], b[0]) for i, a in enumerate(spans) for b in spans[i + 1:]
+             if a[1] < b[2] and b[1] < a[2]]
+    assert len(pairs) >= 4 and all("-load" in a and "-load" in b for a, b in pairs)
+    gates = [s[4] for s in spans if "-cost" in s[0]]
+    assert len(gates) == 4 and all(g["quiet"] for g in gates)
+    evidence = read_evidence(run)
+    assert all(c.node == spans[0][3] and c.gpus_given == "0"
+               for cell in evidence.cells for c in (cell.conditions, cell.conditions_after)
+               if c is not None)
+    summary = summarize(evidence)
+    assert all(c.gpus_used == [f"Ray node {spans[0][3][:8]}: GPU 0 (NVIDIA H200)"]
+               for c in summary.conditions.values())
+    serial = summarize(read_evidence(_h200("h200-shared-serial", tmp_path)))
+    assert {a: d.signature for a, d in summary.arms.items()} == {
+        a: d.signature for a, d in serial.arms.items()}
+    assert all(summary.costs[arm].speed for arm in summary.arms)
