@@ -84,10 +84,18 @@ def test_a_big_new_run_from_a_script_needs_yes_and_every_run_says_its_size(tmp_p
                            "out"], capture_output=True, text=True, cwd=tmp_path, check=False,
                           timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "protocol: 8 loads, 26 cells, about 1,584 requests" in done.stderr
+    assert "protocol: 8 loads, 26 cells, about 1,584 requests (the sweep counted up to a " \
+        "context of 8,192 tokens" in " ".join(done.stderr.split())
     assert "rough estimate: about " in done.stderr and "135 M parameters" in done.stderr
     assert "big.toml: about 1,584 requests in 26 cells, more than 1,000" in done.stderr
     assert "pass --yes to start it" in done.stderr and not (tmp_path / "out").exists()
+    # without a sweep, the size says nothing of one
+    (tmp_path / "big.toml").write_text((tmp_path / "big.toml").read_text()
+                                       + "[probes.sweep]\nenabled = false\n")
+    done = subprocess.run([sys.executable, "-m", "servediff", "run", "big.toml", "--out",
+                           "out"], capture_output=True, text=True, cwd=tmp_path, check=False,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert "protocol: 8 loads, " in done.stderr and "sweep" not in done.stderr
     # the count is the probes' own: the demo plan stays under the bar
     import tomllib
     from importlib import resources

@@ -45,9 +45,10 @@ def announce(plan: Plan, corpus: Corpus, root: Path, base: Path, yes: bool,
     """Say the protocol's size and a rough duration before anything starts; refuse a big
     new run from a script unless --yes says it is meant."""
     size = protocol_size(plan, corpus)
+    sweep = (f" (the sweep counted up to a context of {size.context:,} tokens; the engine "
+             "reports its own)") if plan.probes.sweep.enabled else ""
     err.print(f"protocol: {size.loads} loads, {size.cells} cells, about {size.requests:,} "
-              f"requests (the sweep counted up to a context of {size.context:,} tokens; "
-              "the engine reports its own)", highlight=False)
+              f"requests{sweep}", highlight=False)
     err.print(describe(estimate(plan, size, base)), highlight=False)
     if (size.requests > ASK_ABOVE_REQUESTS and not yes and not root.exists()
             and not sys.stdin.isatty()):
