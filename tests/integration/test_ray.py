@@ -233,7 +233,7 @@ def test_a_cost_load_runs_with_nothing_beside_it_on_its_node(tmp_path: Path):
     nodes.wait_for_nodes()
     cost = (probes_off("concurrency", "generate", "sweep", "prefix") + MARK_BUSY
             + "[probes.speed]\nprompt_tokens = [64]\nmax_tokens = 4\nreplicates = 1\n")
-    plan = PLAN.replace("loads_per_arm = 2\n", "loads_per_arm = 2\ncost_loads_per_arm = 1\n"
+    plan = PLAN.replace("loads_per_arm = 2\n", "loads_per_arm = 1\ncost_loads_per_arm = 1\n"
                         ).replace(DRIFT_ONLY, cost)
     (tmp_path / "plan.toml").write_text(plan)
     try:
@@ -246,7 +246,7 @@ def test_a_cost_load_runs_with_nothing_beside_it_on_its_node(tmp_path: Path):
     spans = [(p.stem, x["started_at"], x["finished_at"], x["node"])
              for p in sorted((run / "loads").glob("*.json"))
              for x in json.loads(p.read_text())["launches"]]
-    assert len(spans) == 12 and len({node for *_, node in spans}) == 1
+    assert len(spans) == 8 and len({node for *_, node in spans}) == 1
 
     def overlap(a: tuple[str, float, float, str], b: tuple[str, float, float, str]) -> bool:
         return a[1] < b[2] and b[1] < a[2]
