@@ -19,6 +19,7 @@ import pytest
 from ray.cluster_utils import Cluster
 
 from servediff.evidence import load_name
+from tests.fixtures.bundles import overlapping
 from tests.integration.engines import (
     DRIFT_ONLY,
     MARK_BUSY,
@@ -243,18 +244,11 @@ def test_a_cost_load_runs_with_nothing_beside_it_on_its_node(tmp_path: Path):
         nodes.shutdown()
     assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
     run = tmp_path / "run"
-    spans = [(p.stem, x["started_at"], x["finished_at"], x["node"])
-             for p in sorted((run / "loads").glob("*.json"))
-             for x in json.loads(p.read_text())["launches"]]
-    assert len(spans) == 8 and len({node for *_, node in spans}) == 1
-
-    def overlap(a: tuple[str, float, float, str], b: tuple[str, float, float, str]) -> bool:
-        return a[1] < b[2] and b[1] < a[2]
-
-    pairs = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:] if overlap(a, b)]
+    assert len(launches(run)) == 8 and len({x["node"] for x in launches(run)}) == 1
+    pairs = overlapping(run)
     # the node did run two loads at once (drift), never beside a cost load
-    assert any("-load" in a[0] and "-load" in b[0] for a, b in pairs)
-    assert [(a[0], b[0]) for a, b in pairs if "-cost" in a[0] + b[0]] == []
+    assert any("-load" in a and "-load" in b for a, b in pairs)
+    assert [(a, b) for a, b in pairs if "-cost" in a + b] == []
     assert all(summary(run)["costs"][arm]["speed"] for arm in ("sdpa", "eager", "fp32", "bf16"))
     assert_all_stopped(run)
     assert engines_alive() == []

@@ -24,6 +24,7 @@ from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence, verify
 from servediff.cli import main
 from servediff.report.words import claim_text, signature_text
+from tests.fixtures.bundles import launch_spans, overlapping
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLES = {"h200-transformers-numerics": ROOT / "docs" / "validation",
@@ -254,7 +255,7 @@ def test_two_comparisons_on_ray_on_an_h200_give_the_serial_numbers(tmp_path: Pat
     assert all(x["node"] and x["cuda_visible_devices"] == "0"
                and x["gpu_models"] == ["NVIDIA H200"] for x in launches)
     # re-derived (schema 4): each arm names the GPU its engines computed on
-    used = {arm: c.gpus_used for arm, c in summarize(read_evidence(ray)).conditions.items()}
+    used = {arm: c.gpus_used for arm, c in rederives(ray).conditions.items()}
     assert used == {arm: ["GPU 0 (NVIDIA H200)"] for arm in ("fp32", "bf16", "sdpa", "eager")}
     assert {x["weights_sha256"]["model.safetensors"] for x in launches} == {
         x["weights_sha256"]["model.safetensors"]
@@ -268,23 +269,20 @@ def test_cost_loads_on_ray_on_an_h200_ran_alone_on_their_node(tmp_path: Path):
     beside a cost load, each cost load's gate found the box quiet, every cell names its
     node and GPU, and the drift signatures are those of the serial run."""
     run = _h200("h200-shared-ray-cost", tmp_path)
-    spans = [(p.stem, x["started_at"], x["finished_at"], x["node"], x["gate"])
-             for p in sorted((run / "loads").glob("*.json"))
-             for x in json.loads(p.read_text())["launches"]]
-    assert len(spans) == 12 and len({s[3] for s in spans}) == 1
-    pairs = [(a[0], b[0]) for i, a in enumerate(spans) for b in spans[i + 1:]
-             if a[1] < b[2] and b[1] < a[2]]
+    spans = launch_spans(run)
+    (node,) = {x["node"] for _, x in spans}
+    assert len(spans) == 12
+    pairs = overlapping(run)
     assert len(pairs) >= 4 and all("-load" in a and "-load" in b for a, b in pairs)
-    gates = [s[4] for s in spans if "-cost" in s[0]]
+    gates = [x["gate"] for name, x in spans if "-cost" in name]
     assert len(gates) == 4 and all(g["quiet"] for g in gates)
-    evidence = read_evidence(run)
-    assert all(c.node == spans[0][3] and c.gpus_given == "0"
-               for cell in evidence.cells for c in (cell.conditions, cell.conditions_after)
-               if c is not None)
-    summary = summarize(evidence)
-    assert all(c.gpus_used == [f"Ray node {spans[0][3][:8]}: GPU 0 (NVIDIA H200)"]
+    assert all(c.node == node and c.gpus_given == "0"
+               for cell in read_evidence(run).cells
+               for c in (cell.conditions, cell.conditions_after) if c is not None)
+    summary = rederives(run)
+    assert all(c.gpus_used == [f"Ray node {node[:8]}: GPU 0 (NVIDIA H200)"]
                for c in summary.conditions.values())
-    serial = summarize(read_evidence(_h200("h200-shared-serial", tmp_path)))
+    serial = rederives(_h200("h200-shared-serial", tmp_path))
     assert {a: d.signature for a, d in summary.arms.items()} == {
         a: d.signature for a, d in serial.arms.items()}
     assert all(summary.costs[arm].speed for arm in summary.arms)
