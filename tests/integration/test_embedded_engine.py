@@ -23,7 +23,9 @@ from tests.integration.engines import (
     DRIFT_ONLY,
     TAGS,
     assert_all_stopped,
+    assert_started,
     servediff,
+    servediff_running,
     signature,
 )
 
@@ -57,6 +59,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("embedded")
     (work / "plan.toml").write_text(PLAN)
     done = servediff("run", "plan.toml", "--out", "run", cwd=work)
+    assert_started(work / "run")
     assert done.returncode == 0, done.stderr + done.stdout
     return work / "run"
 
@@ -161,17 +164,16 @@ def test_interrupted_run_resumes_without_redoing_cells(tmp_path: Path, sig: sign
         "loads_per_arm = 2", "loads_per_arm = 3").replace(
         "[probes.repeat]\ncount = 1\n", "[probes.repeat]\ncount = 2\n")
     (tmp_path / "plan.toml").write_text(one_arm)
-    cmd = [sys.executable, "-m", "servediff", "run", "plan.toml", "--out", "run"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     first = tmp_path / "run" / "cells" / "bs1-load1-score.json"
-    deadline = time.monotonic() + 300
-    while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    assert first.exists(), proc.stderr.read() if proc.stderr else ""
-    assert proc.poll() is None, "the run finished before it could be interrupted"
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=120)
+    with servediff_running("run", "plan.toml", "--out", "run", cwd=tmp_path,
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:
+        deadline = time.monotonic() + 300
+        while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert first.exists(), proc.stderr.read() if proc.stderr else ""
+        assert proc.poll() is None, "the run finished before it could be interrupted"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "to resume" in err and "Traceback" not in err
     kept = first.read_bytes()
@@ -195,22 +197,20 @@ def test_interrupted_run_resumes_without_redoing_cells(tmp_path: Path, sig: sign
 def test_engine_killed_mid_load_is_recorded_and_the_run_goes_on(tmp_path: Path):
     one_arm = PLAN.replace("[arms.bs4]\noptions = { batch_size = 4 }\n", "")
     (tmp_path / "plan.toml").write_text(one_arm)
-    cmd = [sys.executable, "-m", "servediff", "run", "plan.toml", "--out", "run"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
     load_file = tmp_path / "run" / "loads" / "bs1-load1.json"
-    deadline = time.monotonic() + 300
-    pid = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        if load_file.exists():
-            launch = json.loads(load_file.read_text())["launches"][0]
-            if launch["seconds_to_ready"] is not None:
-                pid = launch["pid"]
-                break
-        time.sleep(0.05)
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
-    _, err = proc.communicate(timeout=600)
+    with servediff_running("run", "plan.toml", "--out", "run", cwd=tmp_path) as proc:
+        deadline = time.monotonic() + 300
+        pid = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            if load_file.exists():
+                launch = json.loads(load_file.read_text())["launches"][0]
+                if launch["seconds_to_ready"] is not None:
+                    pid = launch["pid"]
+                    break
+            time.sleep(0.05)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     launch = json.loads(load_file.read_text())["launches"][0]
     assert launch["stop"]["died_before_stop"] is True

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from tests.integration.engines import (
     probes_off,
     run_plan,
     servediff,
+    servediff_running,
 )
 
 pytestmark = pytest.mark.integration
@@ -103,10 +105,9 @@ def with_plan(work: Path) -> Path:
     return work
 
 
-def start(work: Path, address: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "servediff", "run", "plan.toml", "--out",
-                             "run", "--ray", address], cwd=with_plan(work), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+def start(work: Path, address: str) -> AbstractContextManager[subprocess.Popen[str]]:
+    return servediff_running("run", "plan.toml", "--out", "run", "--ray", address,
+                             cwd=with_plan(work), stderr=subprocess.STDOUT)
 
 
 def wait_for_engine(driver: subprocess.Popen[str]) -> psutil.Process:
@@ -153,12 +154,12 @@ def test_two_comparisons_on_two_nodes_give_the_serial_summary(tmp_path: Path,
 def test_a_worker_killed_mid_load_is_recorded_and_the_load_runs_again(tmp_path: Path,
                                                                        cluster: Cluster,
                                                                        serial: Path):
-    driver = start(tmp_path, cluster.address)
-    engine = wait_for_engine(driver)
-    # the engine's supervisor, then the Ray worker that runs the load
-    worker = next(p for p in engine.parents() if p.name().startswith("ray::"))
-    worker.send_signal(signal.SIGKILL)
-    output, _ = driver.communicate(timeout=900)
+    with start(tmp_path, cluster.address) as driver:
+        engine = wait_for_engine(driver)
+        # the engine's supervisor, then the Ray worker that runs the load
+        worker = next(p for p in engine.parents() if p.name().startswith("ray::"))
+        worker.send_signal(signal.SIGKILL)
+        output, _ = driver.communicate(timeout=900)
     assert driver.returncode == 0, output[-4000:]
     assert "the Ray worker running this load was lost" in output
     run = tmp_path / "run"
@@ -175,10 +176,10 @@ def test_a_worker_killed_mid_load_is_recorded_and_the_load_runs_again(tmp_path: 
 def test_ctrl_c_stops_the_remote_engines_and_the_run_resumes(tmp_path: Path,
                                                              cluster: Cluster,
                                                              serial: Path):
-    driver = start(tmp_path, cluster.address)
-    wait_for_engine(driver)
-    driver.send_signal(signal.SIGINT)
-    output, _ = driver.communicate(timeout=600)
+    with start(tmp_path, cluster.address) as driver:
+        wait_for_engine(driver)
+        driver.send_signal(signal.SIGINT)
+        output, _ = driver.communicate(timeout=600)
     assert driver.returncode == 130, output[-4000:]
     run = tmp_path / "run"
     interrupted = [x for x in launches(run) if x["error"] and "interrupted" in x["error"]]
@@ -203,13 +204,13 @@ def test_a_node_lost_mid_load_is_recorded_and_its_rooms_move_to_a_node_of_its_cl
     lost = nodes.add_node(num_cpus=2, resources={"accelerator_type:X": 1})
     nodes.wait_for_nodes()
     try:
-        driver = start(tmp_path, nodes.address)
-        wait_for_engine(driver)
-        same = nodes.add_node(num_cpus=2, resources={"accelerator_type:X": 1})
-        other = nodes.add_node(num_cpus=2, resources={"accelerator_type:Y": 1})
-        nodes.wait_for_nodes()
-        nodes.remove_node(lost, allow_graceful=False)
-        output, _ = driver.communicate(timeout=900)
+        with start(tmp_path, nodes.address) as driver:
+            wait_for_engine(driver)
+            same = nodes.add_node(num_cpus=2, resources={"accelerator_type:X": 1})
+            other = nodes.add_node(num_cpus=2, resources={"accelerator_type:Y": 1})
+            nodes.wait_for_nodes()
+            nodes.remove_node(lost, allow_graceful=False)
+            output, _ = driver.communicate(timeout=900)
     finally:
         nodes.shutdown()
     assert driver.returncode == 0, output[-4000:]
