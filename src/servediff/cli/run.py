@@ -7,23 +7,24 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import RenderableType
 
-from servediff.analysis.findings import Summary
-from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence
 from servediff.cli.console import err, out
 from servediff.cli.progress import RichObserver
 from servediff.corpus import Corpus
-from servediff.derived import write_derived
 from servediff.errors import InputError
 from servediff.estimate import describe, estimate
 from servediff.plan import Plan, load_plan_file, resolve_plan
 from servediff.probes import protocol_size
 from servediff.report.table import drift_table, run_view
 from servediff.runner import Runner
+
+if TYPE_CHECKING:
+    from servediff.analysis.findings import Summary
 
 
 def _default_out(name: str) -> Path:
@@ -85,8 +86,12 @@ def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False,
     # Explicitly, too: a shell that starts a command in the background hands it SIGINT
     # ignored, and Python then leaves it ignored; an interrupt must still stop and record.
     signal.signal(signal.SIGINT, _interrupt)
+    # The analysis and the reports (scipy, matplotlib: seconds of imports) are loaded when
+    # the first drift table is due, not before the first engine starts.
     try:
         def drift_so_far(done: list[str]) -> RenderableType:
+            from servediff.analysis.summary import summarize
+
             return drift_table(only_arms(summarize(read_evidence(root)), done))
 
         with RichObserver(on_drift=drift_so_far) as observer:
@@ -105,6 +110,8 @@ def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False,
         err.print(f"interrupted: finished cells are kept in {root}; "
                   f"run the same command with --out {root} to resume")
         raise SystemExit(130) from None
+    from servediff.derived import write_derived
+
     summary = write_derived(root)
     out.print(run_view(summary))
     out.print(f"wall time {time.monotonic() - t0:.1f}s; report: {root / 'report.md'}")
