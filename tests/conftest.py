@@ -16,7 +16,9 @@ CACHE = Path(os.environ["SERVEDIFF_CACHE"])
 # at each OpenMP barrier for the thread that another process holds. Beside a busy build, a
 # 256-token forward pass of SmolLM2 took 6.4 s on two threads and 3.3 s on one. Engines
 # inherit it through the environment servediff passes on; a plan's own `threads` wins.
+# llama-server's compute threads spin at their barriers the same way (its own -t wins).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("LLAMA_ARG_THREADS", "1")
 
 # The set-up script behind each session fixture that needs one.
 SETUPS = {"vllm_python": "setup-vllm-cpu.sh", "llama_server": "build-llama-server.sh",

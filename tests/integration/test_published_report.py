@@ -34,7 +34,7 @@ def plan(binary: Path) -> str:
         'name = "published"\nengine = "llamacpp"\nmodel = "smollm2"\nloads_per_arm = 1\n'
         "cost_loads_per_arm = 1\n"
         f"[launch]\ncommand = {json.dumps(command)}\n"
-        '[arms.c2048]\nargs = ["-c", "2048"]\n[arms.c4096]\nargs = ["-c", "4096"]\n'
+        '[arms.c1024]\nargs = ["-c", "1024"]\n[arms.c2048]\nargs = ["-c", "2048"]\n'
         '[corpus]\ntags = ["prose-short-storm"]\n'
         "[probes.repeat]\ncount = 1\n"
         "[probes.concurrency]\nlengths = [64, 256]\nlevels = [1, 2]\nrequests = 4\n"
@@ -68,8 +68,8 @@ def test_html_report_renders_every_plot_in_chromium(run: Path, chromium: Path, t
     if target := os.environ.get("SERVEDIFF_SCREENSHOT"):
         shutil.copyfile(shot, target)
     # twice the context: the capacity difference is named with its size
-    gains = claims(run, "c4096", "gain")
-    assert "KV pool: `c4096` 4,096 vs `c2048` 2,048 tokens (+100%)" in gains
+    gains = claims(run, "c2048", "gain")
+    assert "KV pool: `c2048` 2,048 vs `c1024` 1,024 tokens (+100%)" in gains
 
 
 def test_evidence_packet_validates_and_its_hashes_match(run: Path):

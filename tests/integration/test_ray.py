@@ -6,6 +6,7 @@ every engine stopped, and a resume that completes the run."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -88,14 +89,27 @@ def launches(run: Path) -> list[dict[str, Any]]:
             for x in json.loads(p.read_text())["launches"]]
 
 
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def ours(proc: psutil.Process) -> bool:
+    """Started under this test worker: the clusters these tests start, their Ray workers and
+    the engines those start inherit its environment. The other worker's tests run engines
+    of the same Python environment at the same time; another checkout's are not ours."""
+    try:
+        return proc.environ().get("PYTEST_XDIST_WORKER") == WORKER
+    except psutil.Error:
+        return False
+
+
 def engines_alive() -> list[psutil.Process]:
-    """Embedded engines of this Python environment alive now (the other tests' are stopped
-    by the time these run; another checkout's test run on this machine is not ours)."""
+    """Embedded engines of this Python environment and this test worker alive now (its other
+    tests' engines are stopped by the time these run)."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
         if "servediff.engines.hf_server" in cmd and "servediff.engines.supervise" not in cmd \
-                and Path(cmd[0]).parent == Path(sys.executable).parent:
+                and Path(cmd[0]).parent == Path(sys.executable).parent and ours(proc):
             found.append(proc)
     return found
 
