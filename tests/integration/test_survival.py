@@ -65,9 +65,7 @@ levels = [1]
 start = 512
 levels = [1, 2]
 request_timeout_s = 8
-[probes.prefix]
-prefix_tokens = 600
-""" + probes_off("concurrency", "generate") + MARK_BUSY
+""" + probes_off("concurrency", "generate", "prefix") + MARK_BUSY
 
 
 @pytest.fixture(scope="module")
