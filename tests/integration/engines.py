@@ -108,8 +108,10 @@ MARK_BUSY = '[quiet]\naction = "mark"\nwait_s = 0\nwindow_s = 1\n'
 # Drift scoring only: every other probe off. Tests that want one put it back.
 CONC_OFF = probes_off("concurrency")
 DRIFT_ONLY = probes_off("concurrency", "generate") + probes_off("speed", "sweep", "prefix")
+# The grid: each request sent 4 times at each level, so level 4 is one wave of 4 in flight
+# and level 2 two waves of 2 (96 requests with 8 per level; 48 now).
 CONCURRENCY = ("[probes.concurrency]\nenabled = true\nlengths = [64, 512]\nlevels = [1, 2, 4]\n"
-               "requests = 8\nmax_tokens = 8\n")
+               "requests = 4\nmax_tokens = 8\n")
 
 
 def check_concurrency_table(run: Path, arm: str, kinds: list[str]) -> dict:
@@ -223,3 +225,23 @@ def check_sweep(run: Path, arm: str, context: int) -> dict:
     assert len(pairs) == 3 and all(s["throughput_tok_s"] > 0 for s in pairs)
     assert_all_stopped(run)
     return summary
+
+
+def vllm_plan(python: Path, work: Path) -> str:
+    """vLLM CPU in float32 with a 2,048-token context: an `eager` arm (`--enforce-eager`) and
+    a `compiled` one (torch.compile, fresh caches every load), drift scoring only. The eager
+    arm's loads share one vLLM cache root: it compiles nothing, and what vLLM keeps there
+    (its model inspection, otherwise done in a subprocess that imports vLLM again, about
+    20 s a start here) holds no numerics."""
+    (work / "tmp").mkdir(exist_ok=True)
+    command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}",
+               "--host", "{host}", "--port", "{port}", "--max-model-len", "2048",
+               "--dtype", "float32"]
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(work / "vllm-cache"),
+           "TMPDIR": str(work / "tmp")}
+    return ('name = "vllm"\nengine = "vllm"\nmodel = "smollm2"\nloads_per_arm = 2\n'
+            f"[launch]\ncommand = {json.dumps(command)}\n"
+            "env = { " + ", ".join(f'{k} = {json.dumps(v)}' for k, v in env.items()) + " }\n"
+            '[arms.eager]\nargs = ["--enforce-eager"]\ncache_policy = "shared"\n'
+            '[arms.compiled]\n'
+            "[probes.repeat]\ncount = 1\n" + CORPUS + DRIFT_ONLY)
