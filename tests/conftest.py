@@ -7,11 +7,13 @@ from typing import Any
 
 import pytest
 
+# The CPU seconds per module, printed after the durations table.
+pytest_plugins = ["tests.cpu_time"]
+
 ROOT = Path(__file__).resolve().parent.parent
 # Heavy one-off work (the converted SmolLM2, the vLLM venv, the llama-server binary) is
 # cached in a git-ignored folder; the scripts rebuild it when absent.
 os.environ.setdefault("SERVEDIFF_CACHE", str(ROOT / ".cache" / "servediff"))
-CACHE = Path(os.environ["SERVEDIFF_CACHE"])
 # One compute thread per engine process. The suite runs two test workers on two cores (and
 # must pass beside other work): a torch engine that splits every op over both cores waits
 # at each OpenMP barrier for the thread that another process holds. Beside a busy build, a
@@ -55,17 +57,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=_module_rank)  # stable: the order inside a module is kept
     needed = sorted({SETUPS[f] for item in items for f in getattr(item, "fixturenames", ())
                      if f in SETUPS})
-    # One process starts them (every xdist worker collects the same tests); detached, so a
-    # set-up that another worker still waits on is not cut short when this worker ends.
+    # One process starts them (every xdist worker collects the same tests).
     if (not needed or config.option.collectonly
             or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0"):
         return
-    logs = CACHE / "setup-logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    for name in needed:
-        script, log = ROOT / "scripts" / name, logs / f"{name}.log"
-        subprocess.run(["bash", "-c", f'nohup bash "{script}" >"{log}" 2>&1 </dev/null &'],
-                       check=True)
+    subprocess.run(["bash", str(ROOT / "scripts" / "start-setups.sh"), *needed], check=True)
 
 
 @pytest.fixture(scope="session")
