@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Heavy one-off work (the converted SmolLM2, the vLLM venv, the llama-server binary) is
 # cached in a git-ignored folder; the scripts rebuild it when absent.
 os.environ.setdefault("SERVEDIFF_CACHE", str(ROOT / ".cache" / "servediff"))
-# One compute thread per engine process. The suite runs two test workers on two cores (and
+# One compute thread per engine process. The suite runs three test workers on two cores (and
 # must pass beside other work): a torch engine that splits every op over both cores waits
 # at each OpenMP barrier for the thread that another process holds. Beside a busy build, a
 # 256-token forward pass of SmolLM2 took 6.4 s on two threads and 3.3 s on one. Engines
