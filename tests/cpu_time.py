@@ -5,8 +5,10 @@ time is the CPU work divided by two, and a slow test is one that computes a lot,
 that waits long. pytest's durations table says how long each test took beside the others;
 this says what each module cost. Each test phase (set-up, call, tear-down) is charged the
 CPU time of its test worker and of the processes it waited for during that phase: the
-servediff runs it started, and through them the engines they stopped. The engine set-ups
-that run in the background are not waited for, and are not in the table.
+servediff runs it started, and through them the engines they stopped. A process whose
+parent dies first is reaped by init and is not in the table: vLLM's engine-core and worker
+processes (their API server is stopped with them) and Ray's workers, so the vLLM and Ray
+rows are lower bounds. The engine set-ups that run in the background are not in it either.
 """
 
 from __future__ import annotations
