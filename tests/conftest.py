@@ -46,11 +46,16 @@ SLOWEST = ("test_vllm_reload", "test_ray", "test_embedded_engine", "test_surviva
            "test_quiet")
 
 
+def _real_engines(path: str) -> bool:
+    """A module under tests/integration (each starts real engines), by path or node id."""
+    return "/integration/" in path
+
+
 def _module_rank(item: pytest.Item) -> int:
     name = item.path.stem
     if name in SLOWEST:
         return SLOWEST.index(name)
-    return len(SLOWEST) + (0 if "/integration/" in item.path.as_posix() else 1)
+    return len(SLOWEST) + (0 if _real_engines(item.path.as_posix()) else 1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -104,14 +109,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    def heavy(scope: str) -> bool:
-        return "/integration/" in scope
-
     class Scheduling(LoadFileScheduling):  # type: ignore[misc]
         def _assign_work_unit(self, node: Any) -> None:
-            busy = any(heavy(scope) and not all(done.values())
+            busy = any(_real_engines(scope) and not all(done.values())
                        for scope, done in self.assigned_work.get(node, {}).items())
-            light = [scope for scope in self.workqueue if not heavy(scope)]
+            light = [scope for scope in self.workqueue if not _real_engines(scope)]
             if busy and light:
                 self.workqueue.move_to_end(light[-1], last=False)
             super()._assign_work_unit(node)
