@@ -49,13 +49,18 @@ def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, object, None
 
 def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:
     per_module: Counter[str] = Counter()
+    per_phase: Counter[str] = Counter()
     for reports in terminalreporter.stats.values():
         for report in reports:
             for name, value in getattr(report, "user_properties", ()):
                 if name == KEY:
                     per_module[report.nodeid.split("::")[0]] += value
+                    per_phase[f"{report.when:8} {report.nodeid}"] += value
     if not per_module:
         return
+    terminalreporter.write_sep("=", "the 15 test phases that cost the most CPU seconds")
+    for phase, seconds in per_phase.most_common(15):
+        terminalreporter.write_line(f"{seconds:9.1f}  {phase}")
     terminalreporter.write_sep("=", "CPU seconds per test module (tests and what they waited for)")
     for module, seconds in per_module.most_common(15):
         terminalreporter.write_line(f"{seconds:9.1f}  {module}")

@@ -158,11 +158,10 @@ def test_rederive_scores_and_verify(run_dir: Path):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
 def test_interrupted_run_resumes_without_redoing_cells(tmp_path: Path, sig: signal.Signals):
-    # Long enough (3 loads, 3 passes each) that the signal lands mid-run even when the
-    # machine is so busy that this test is not scheduled for many seconds.
-    one_arm = PLAN.replace("[arms.bs4]\noptions = { batch_size = 4 }\n", "").replace(
-        "loads_per_arm = 2", "loads_per_arm = 3").replace(
-        "[probes.repeat]\ncount = 1\n", "[probes.repeat]\ncount = 2\n")
+    # After the first cell, a second cell, a stop, a cold start and two cells are left to
+    # do (20 s on an idle core): the signal lands mid-run even when the machine is so busy
+    # that this test is not scheduled for several seconds.
+    one_arm = PLAN.replace("[arms.bs4]\noptions = { batch_size = 4 }\n", "")
     (tmp_path / "plan.toml").write_text(one_arm)
     first = tmp_path / "run" / "cells" / "bs1-load1-score.json"
     with servediff_running("run", "plan.toml", "--out", "run", cwd=tmp_path,
@@ -183,15 +182,14 @@ def test_interrupted_run_resumes_without_redoing_cells(tmp_path: Path, sig: sign
     assert done.returncode == 0, done.stderr
     assert first.read_bytes() == kept
     names = sorted(p.stem for p in (tmp_path / "run" / "cells").glob("*.json"))
-    assert names == sorted(f"bs1-load{n}-{c}" for n in (1, 2, 3)
-                           for c in ("score", "repeat-r1", "repeat-r2"))
+    assert names == sorted(f"bs1-load{n}-{c}" for n in (1, 2) for c in ("score", "repeat-r1"))
     assert signature(tmp_path / "run", "bs1") != "not measured"
     # Resumed under a changed plan: refused with the difference, nothing run.
-    (tmp_path / "plan.toml").write_text(one_arm.replace("loads_per_arm = 3", "loads_per_arm = 4"))
+    (tmp_path / "plan.toml").write_text(one_arm.replace("loads_per_arm = 2", "loads_per_arm = 3"))
     refused = servediff("run", "plan.toml", "--out", "run", cwd=tmp_path)
     assert refused.returncode == 2
     assert "locked under another plan" in refused.stderr
-    assert '"loads_per_arm": 4' in refused.stderr
+    assert '"loads_per_arm": 3' in refused.stderr
 
 
 def test_engine_killed_mid_load_is_recorded_and_the_run_goes_on(tmp_path: Path):
@@ -304,9 +302,9 @@ def test_concurrency_grid_scores_and_generates(tmp_path: Path):
     cell = json.loads((run / "cells" / "a-load1-concurrency.json").read_text())
     score = [g for g in cell["groups"] if g["kind"] == "score"]
     # a scoring response is the prompt's logprobs: one per prompt token after the first
-    assert {len(r["logprobs"]) for g in score for r in g["responses"]} == {63, 511}
+    assert {len(r["logprobs"]) for g in score for r in g["responses"]} == {63, 255}
     sig = signature(run, "a")
     conc = summary["arms"]["a"]["concurrency"]
     assert ("batch-composition" in sig) == (conc["control_ok"] and conc["batch_composition"])
-    assert "| score | 512 |" in (run / "report.md").read_text()
+    assert "| score | 256 |" in (run / "report.md").read_text()
     assert_all_stopped(run)

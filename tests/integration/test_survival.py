@@ -2,7 +2,7 @@
 
 The engine is the embedded transformers server wrapped by
 tests/engines/fragile_server.py: one arm aborts the process on a prompt over
-1,100 tokens, one hangs while its health check still answers, one answers
+600 tokens, one hangs while its health check still answers, one answers
 such prompts only after computing for longer than the request timeout, one is
 healthy. The sweep must record death and hang at the right lengths, call the
 slow engine slow (it kept working: not a hang), restart the engine after a
@@ -44,14 +44,14 @@ env = {{ PYTHONPATH = {json.dumps(str(ROOT))} }}
 stall_window_s = 5
 [engine_options]
 device = "cpu"
-max_model_len = 2048
+max_model_len = 1024
 [arms.stock]
 [arms.dies]
-args = ["--die-above", "1100"]
+args = ["--die-above", "600"]
 [arms.hangs]
-args = ["--hang-above", "1100"]
+args = ["--hang-above", "600"]
 [arms.slow]
-args = ["--slow-above", "1100", "--slow-s", "12"]
+args = ["--slow-above", "600", "--slow-s", "12"]
 [corpus]
 tags = ["json-event", "prose-harbour"]
 [probes.repeat]
@@ -62,7 +62,7 @@ max_tokens = 8
 replicates = 3
 levels = [1]
 [probes.sweep]
-start = 512
+start = 256
 levels = [1, 2]
 request_timeout_s = 8
 """ + probes_off("concurrency", "generate", "prefix") + MARK_BUSY
@@ -85,10 +85,10 @@ def sweep(run: Path, arm: str) -> dict:
 
 
 def test_every_point_is_measured_and_failures_are_named(run: Path):
-    expected = [[512, 1], [1024, 1], [2047, 1], [2560, 1], [512, 2], [1024, 2], [2047, 2]]
+    expected = [[256, 1], [512, 1], [1023, 1], [1280, 1], [256, 2], [512, 2], [1023, 2]]
     for arm in ARMS:
         cell = sweep(run, arm)
-        assert cell["context_length"] == 2048
+        assert cell["context_length"] == 1024
         assert cell["sweep_plan"] == expected
         assert [[p["length"], p["level"]] for p in cell["sweep"]] == expected, arm
     outcome = {arm: {(p["length"], p["level"]): p for p in sweep(run, arm)["sweep"]}
@@ -96,27 +96,27 @@ def test_every_point_is_measured_and_failures_are_named(run: Path):
     # the healthy engine refuses the prompt past its context with a real error response;
     # on a busy machine it may answer after the request timeout: slow, never a hang
     for key, p in outcome["stock"].items():
-        assert p["outcome"] in (("error",) if key == (2560, 1) else ("ok", "slow")), (key, p)
+        assert p["outcome"] in (("error",) if key == (1280, 1) else ("ok", "slow")), (key, p)
     # the slow engine kept computing past the 8 s timeout: slow, answered, not a hang
     for key, p in outcome["slow"].items():
-        want = ("error",) if key == (2560, 1) else ("slow",) if key[0] > 1100 else ("ok", "slow")
+        want = ("error",) if key == (1280, 1) else ("slow",) if key[0] > 600 else ("ok", "slow")
         assert p["outcome"] in want, (key, p)
-        if key[0] > 1100:
+        if key[0] > 600:
             assert min(p["request_seconds"]) > 12, (key, p)
-    assert all(p["achieved_ok"] for k, p in outcome["slow"].items() if k[0] < 2560)
-    assert outcome["stock"][(2560, 1)]["http_status"] == 400
-    assert "exceeds max_model_len 2048" in outcome["stock"][(2560, 1)]["error"]
-    assert all(p["achieved_ok"] for k, p in outcome["stock"].items() if k != (2560, 1))
+    assert all(p["achieved_ok"] for k, p in outcome["slow"].items() if k[0] < 1280)
+    assert outcome["stock"][(1280, 1)]["http_status"] == 400
+    assert "exceeds max_model_len 1024" in outcome["stock"][(1280, 1)]["error"]
+    assert all(p["achieved_ok"] for k, p in outcome["stock"].items() if k != (1280, 1))
     for arm, kind in (("dies", "death"), ("hangs", "hang")):
         for key, p in outcome[arm].items():
             # below the fault these arms are healthy engines: on a busy machine a short
             # prompt may also answer after the 8 s timeout (slow), never die or hang
-            want = (kind,) if key[0] > 1100 else ("ok", "slow")
+            want = (kind,) if key[0] > 600 else ("ok", "slow")
             assert p["outcome"] in want, (arm, key, p)
-    death = outcome["dies"][(2047, 1)]
+    death = outcome["dies"][(1023, 1)]
     assert death["signal"] == "SIGABRT" and death["returncode"] == -6
-    assert "fragile: a prompt of 2047 tokens; aborting" in death["log_tail"]
-    hang = outcome["hangs"][(2047, 1)]
+    assert "fragile: a prompt of 1023 tokens; aborting" in death["log_tail"]
+    hang = outcome["hangs"][(1023, 1)]
     assert hang["health_answered"] is True and "did no work" in hang["error"]
     # each death or hang ended its launch; the next launch went on from the next point;
     # after the last point's failure no engine was started only to close the cell
@@ -135,8 +135,8 @@ def test_every_point_is_measured_and_failures_are_named(run: Path):
 def test_survival_map_and_verdict(run: Path):
     summary = json.loads((run / "summary.json").read_text())
     costs = summary["costs"]
-    assert costs["stock"]["survival"]["largest_ok_length"] == {"1": 2047, "2": 2047}
-    assert costs["dies"]["survival"]["largest_ok_length"] == {"1": 1024, "2": 1024}
+    assert costs["stock"]["survival"]["largest_ok_length"] == {"1": 1023, "2": 1023}
+    assert costs["dies"]["survival"]["largest_ok_length"] == {"1": 512, "2": 512}
     # the map matches the raw outcomes point by point
     for arm in ARMS:
         raw = {(p["length"], p["level"]): p["outcome"] for p in sweep(run, arm)["sweep"]}
@@ -144,25 +144,25 @@ def test_survival_map_and_verdict(run: Path):
                for p in costs[arm]["survival"]["points"]}
         assert got == raw
     dies = claims(run, "dies", "cost")
-    assert "`dies`: the server process died at the first prompt of 2,047 tokens (SIGABRT)" \
+    assert "`dies`: the server process died at the first prompt of 1,023 tokens (SIGABRT)" \
         in dies
     hangs = claims(run, "hangs", "cost")
-    assert ("`hangs`: requests hung (no answer, no work) at the first prompt of 2,047 tokens "
+    assert ("`hangs`: requests hung (no answer, no work) at the first prompt of 1,023 tokens "
             "while its health check still answered") in hangs
     survival = set(claims(run, "dies", "survival"))
-    assert ("`dies` survived single prompts up to 1,024 tokens; at 2,047 tokens the server "
+    assert ("`dies` survived single prompts up to 512 tokens; at 1,023 tokens the server "
             "died; levels 1, 2") in survival
     # slow is not a failure: no cost claim about the slow arm's survival
     assert not [c for c in claims(run, "slow", "cost") if "`slow`:" in c]
-    assert costs["slow"]["survival"]["largest_ok_length"] == {"1": 2047, "2": 2047}
+    assert costs["slow"]["survival"]["largest_ok_length"] == {"1": 1023, "2": 1023}
     report = (run / "report.md").read_text()
     marks = {arm: {(p["length"], p["level"]): p["outcome"] for p in sweep(run, arm)["sweep"]}
              for arm in ARMS}
-    row = " | ".join(OUTCOME_MARK[marks[arm][(2047, lv)]] if arm in ("stock", "slow")
+    row = " | ".join(OUTCOME_MARK[marks[arm][(1023, lv)]] if arm in ("stock", "slow")
                      else {"dies": "DEATH SIGABRT", "hangs": "HANG"}[arm]
                      for arm in ARMS for lv in (1, 2))
-    assert f"| 2,047 | {row} |" in report
-    assert "| 2,560 | error 400 | - | DEATH SIGABRT | - | HANG | - | error 400 | - |" in report
+    assert f"| 1,023 | {row} |" in report
+    assert "| 1,280 | error 400 | - | DEATH SIGABRT | - | HANG | - | error 400 | - |" in report
     # speed: 2 cost loads x 3 kept replicates per arm, with a band per metric
     speed = costs["stock"]["speed"]["per_length"][0]
     assert speed["replicates"] == 6 and speed["decode_tok_s"]["band95"] is not None
