@@ -159,8 +159,8 @@ def test_rederive_scores_and_verify(run_dir: Path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
 def test_interrupted_run_resumes_without_redoing_cells(tmp_path: Path, sig: signal.Signals):
     # After the first cell, a second cell, a stop, a cold start and two cells are left to
-    # do (20 s on an idle core): the signal lands mid-run even when the machine is so busy
-    # that this test is not scheduled for several seconds.
+    # do (about 12 s of engine work on an idle core): the signal lands mid-run even when the
+    # machine is so busy that this test is not scheduled for several seconds.
     one_arm = PLAN.replace("[arms.bs4]\noptions = { batch_size = 4 }\n", "")
     (tmp_path / "plan.toml").write_text(one_arm)
     first = tmp_path / "run" / "cells" / "bs1-load1-score.json"
