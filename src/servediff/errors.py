@@ -78,6 +78,11 @@ class EngineStartError(EngineError):
     pass
 
 
+class EngineRefusedError(EngineStartError):
+    """The engine exited with an error of its own before it was ready (a flag it refuses,
+    a configuration it cannot serve): the configuration does not exist on this stack."""
+
+
 class EngineRequestError(EngineError):
     """`status`: the HTTP status of an error response (None: no response came back);
     `timed_out`: no answer came in time; `stalled`: and the engine did no work while

@@ -321,6 +321,9 @@ class Launch(Model):
     # GPUs the engine was given (CUDA_VISIBLE_DEVICES; None: not set, it saw every GPU).
     node: str | None = None
     cuda_visible_devices: str | None = None
+    # What the adapter added to the launch or stood in for (SGLang on a CPU: its CPU flags,
+    # the sgl_kernel stand-in, the KV pool servediff sized).
+    notes: list[str] = Field(default_factory=list)
     # What the engine printed about its start-up (vLLM: engine_init_s,
     # compile_warmup_s, compile_cache).
     startup: dict[str, Any] = Field(default_factory=dict)
@@ -338,6 +341,9 @@ class Launch(Model):
     first_request_cached_tokens: int | None = None
     weights_sha256: dict[str, str] = Field(default_factory=dict)
     error: str | None = None
+    # The engine exited with an error of its own before it was ready: its message (a flag
+    # it refuses, a configuration it cannot serve). None: it started, or failed otherwise.
+    engine_refusal: str | None = None
     stop: Stop | None = None
     finished_at: float | None = None
 
@@ -367,6 +373,15 @@ class LoadRecord(Model):
     @property
     def name(self) -> str:
         return load_name(self.arm, self.load, self.phase)
+
+    def did_not_start(self, attempts: int) -> str | None:
+        """The engine's message when at least `attempts` launches of this load were all
+        refused by the engine with that one message (its configuration does not exist on
+        this stack), else None."""
+        said = {x.engine_refusal for x in self.launches}
+        if len(self.launches) < attempts or len(said) != 1:
+            return None
+        return said.pop()
 
 
 def cell_name(arm: str, load: int, probe: str, repeat: int, phase: str = "drift") -> str:

@@ -25,7 +25,7 @@ from servediff.engines import registry
 from servediff.engines.base import EngineAdapter
 from servediff.engines.process import EngineProcess, Launcher, stop_stale
 from servediff.errors import BundleError, EngineError, OutputDirError
-from servediff.evidence import Cell, LoadRecord, Phase
+from servediff.evidence import Cell, LoadRecord, Phase, load_name
 from servediff.plan import Plan, lock
 from servediff.probes import BY_NAME, cells_of_load
 from servediff.schedule import CellSpec, schedule
@@ -127,7 +127,13 @@ class Runner:
         # whole drift answer before the cost loads: the cost loads take longer.
         announced = self.drift_done()
         drift_open = pending[0][2] == "drift"
+        refused = self.refused()
         for arm, load, phase, todo in pending:
+            if arm in refused:
+                # its configuration does not exist on this stack: no other load of it starts
+                room.observer.note(f"{load_name(arm, load, phase)} not started: `{arm}` "
+                                   f"did not start ({refused[arm]})")
+                continue
             if drift_open and phase == "cost":
                 if announced != set(room.plan.arms):  # some arm's drift loads failed
                     self.announce(self.drift_done())
@@ -142,9 +148,28 @@ class Runner:
                 self.run_load(arm, load, phase, todo, model)
                 barren = 0 if self.progress(todo) > before else barren + 1
                 todo = self.missing(todo)
+            if todo and (message := self.refusal(arm, load, phase)):
+                refused[arm] = message
             if phase == "drift" and (done := self.drift_done()) - announced:
                 self.announce(done)
                 announced = done
+
+    def refusal(self, arm: str, load: int, phase: Phase) -> str | None:
+        """The engine's message when it refused every launch of this load."""
+        path = self.layout.load(load_name(arm, load, phase))
+        if not path.exists():
+            return None
+        return read_record(path, LoadRecord).did_not_start(self.room.plan.launch.max_attempts)
+
+    def refused(self) -> dict[str, str]:
+        """The arms that did not start (refusal above), with the engine's message."""
+        out: dict[str, str] = {}
+        for path in sorted((self.layout.root / "loads").glob("*.json")):
+            record = read_record(path, LoadRecord)
+            message = record.did_not_start(self.room.plan.launch.max_attempts)
+            if record.arm not in out and message:
+                out[record.arm] = message
+        return out
 
     def drift_done(self) -> set[str]:
         """The arms whose drift cells are all measured."""
@@ -180,8 +205,10 @@ def measure_load(room: Room, arm: str, load: int, phase: Phase, todo: list[CellS
     session = LoadSession(room, arm, load, phase, model)
     try:
         session.start()
+        session.check_log()
         for cell in todo:
             BY_NAME[cell.probe].measure(session, cell)
+            session.check_log()
     except EngineError as exc:
         session.failed(exc)
     except KeyboardInterrupt:

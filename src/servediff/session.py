@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 from servediff import atomic, caches, quiet
 from servediff.bundle import Layout, read_record, write_manifest
@@ -25,9 +25,9 @@ from servediff.conditions import gpu_models, read_conditions
 from servediff.corpus import Corpus
 from servediff.engines.activity import EngineActivity
 from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions
-from servediff.engines.process import EngineHandle, Launcher, free_port
+from servediff.engines.process import EngineHandle, Launcher, engine_message, free_port
 from servediff.engines.transport import EngineClient, Watch
-from servediff.errors import BusyMachineError, EngineError, EngineStartError
+from servediff.errors import BusyMachineError, EngineError, EngineRefusedError, EngineStartError
 from servediff.evidence import Cell, Conditions, Gate, Launch, LoadRecord, Phase, Skipped, load_name
 from servediff.plan import Plan, arm_options, cache_policy
 from servediff.schedule import CellSpec
@@ -123,6 +123,8 @@ class LoadSession:
     client: EngineClient | None = None
     info: EngineInfo | None = None
     bos_token_id: int | None = None
+    # Where this launch's part of the load's engine log starts (bytes).
+    log_offset: int = 0
 
     def __post_init__(self) -> None:
         plan, adapter = self.room.plan, self.room.adapter
@@ -187,6 +189,10 @@ class LoadSession:
             self.launch.cache_policy = policy
             self.url = f"http://{HOST}:{port}"
             self.launch.command, self.launch.env_diff, self.launch.port = spec.argv, env, port
+            self.launch.notes = spec.notes
+            log = room.layout.log(self.name)
+            # the log is appended to by every launch of the load: this one's part starts here
+            self.log_offset = log.stat().st_size if log.exists() else 0
             try:
                 self.proc = room.launcher(spec.argv, env, room.layout.log(self.name), HOST,
                                           port)
@@ -218,8 +224,7 @@ class LoadSession:
         deadline = time.monotonic() + self.plan.launch.start_timeout_s
         while not client.healthy(adapter.health_path()):
             if self.proc is not None and not self.proc.alive():
-                raise EngineStartError(
-                    f"engine exited with code {self.proc.returncode} before it was ready")
+                self._exited_at_start()
             if time.monotonic() > deadline:
                 raise EngineStartError(
                     f"engine not healthy after {self.plan.launch.start_timeout_s:.0f} s")
@@ -243,6 +248,35 @@ class LoadSession:
             launch.engine.update(bos_token_id=self.bos_token_id,
                                  bos_token_id_from="model files")
         launch.capacity = dict(info.capacity)
+
+    def _exited_at_start(self) -> NoReturn:
+        """The engine ended before it was ready. An exit code of its own (not a signal) with
+        its own message is a refusal: the configuration does not exist on this stack."""
+        assert self.proc is not None
+        rc = self.proc.returncode
+        if rc is not None and rc > 0:
+            self.launch.engine_refusal = engine_message(self.own_log())
+            raise EngineRefusedError(f"engine exited with code {rc} before it was ready: "
+                                     f"{self.launch.engine_refusal}")
+        raise EngineStartError(f"engine exited with code {rc} before it was ready")
+
+    def own_log(self) -> str:
+        """This launch's part of the load's engine log."""
+        path = self.room.layout.log(self.name)
+        if not path.exists():
+            return ""
+        with path.open("rb") as fh:
+            fh.seek(self.log_offset)
+            return fh.read().decode("utf-8", "replace")
+
+    def check_log(self) -> None:
+        """Fail the load when the engine's log shows it cannot be trusted (adapter.py's
+        fault_in_log: SGLang calling its sgl_kernel stand-in)."""
+        if self.proc is None:
+            return
+        fault = self.adapter.fault_in_log(self.own_log())
+        if fault is not None:
+            raise EngineError(fault)
 
     def failed(self, exc: EngineError) -> None:
         """The launch ended in an engine error: recorded, and a dying engine is given a

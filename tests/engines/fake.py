@@ -25,13 +25,15 @@ from servediff.evidence import Stop
 @dataclass
 class FakeEngine:
     starts: bool = True
+    # exits at start with code 1, this line last in its log (a flag it refuses)
+    refuses: str | None = None
     # completion requests answered before the engine dies (None: never)
     dies_after: int | None = None
     completions: int = 0
     alive: bool = True
 
     def __post_init__(self) -> None:
-        self.alive = self.starts
+        self.alive = self.starts and self.refuses is None
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         if not self.alive:
@@ -92,6 +94,8 @@ class FakeProcess:
 
     @property
     def returncode(self) -> int | None:
+        if self.engine.refuses is not None:
+            return 1
         return None if self.engine.alive and not self.stopped else -9
 
     def alive(self) -> bool:
@@ -101,7 +105,9 @@ class FakeProcess:
         return not self.alive()
 
     def exit_status(self, wait_s: float) -> tuple[int | None, str | None] | None:
-        return None if self.alive() else (-9, "SIGKILL")
+        if self.alive():
+            return None
+        return (1, None) if self.engine.refuses is not None else (-9, "SIGKILL")
 
     def stop(self, grace_s: float) -> Stop:
         died = not self.engine.alive
@@ -123,7 +129,10 @@ class FakeLauncher:
                  port: int) -> FakeProcess:
         engine = self.scenarios.pop(0) if self.scenarios else FakeEngine()
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.write_text(f"fake engine for {' '.join(argv)}\n")
+        with log_path.open("a") as log:
+            log.write(f"fake engine for {' '.join(argv)}\n")
+            if engine.refuses is not None:
+                log.write(f"Traceback (most recent call last):\n  ...\n{engine.refuses}\n")
         proc = FakeProcess(engine, log_path, pid=4_000_000 + len(self.launched))
         self.launched.append(proc)
         return proc

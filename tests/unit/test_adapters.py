@@ -8,6 +8,7 @@ cannot run here.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,7 +20,7 @@ from servediff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions, parse_p
 from servediff.engines.sglang import SglangAdapter
 from servediff.engines.transport import EngineClient
 from servediff.engines.vllm import VllmAdapter, kv_from_metrics
-from servediff.errors import EngineRequestError
+from servediff.errors import EngineRequestError, EngineStartError
 
 IDS = [1, 504, 28899, 3102]
 
@@ -172,37 +173,48 @@ def test_llama_score_sends_one_forced_request_per_position():
     assert wrong.invalid == "position 1: expected token 504, got 5 (-1.0)"
 
 
-# SGLang /generate with return_logprob, as its documentation describes it.
+# SGLang 0.5.23 on the CPU, as it answered (trimmed to the fields read; 2026-12-02).
 SGLANG_GENERATE = {
-    "text": " town",
+    "text": "\n",
     "meta_info": {
-        "prompt_tokens": 4, "completion_tokens": 1,
+        "prompt_tokens": 4, "completion_tokens": 1, "cached_tokens": 0,
         "input_token_logprobs": [[None, 1, None], [-8.2, 504, None], [-19.1, 28899, None],
                                  [-7.5, 3102, None]],
-        "output_token_logprobs": [[-0.1, 3102, None]],
+        "output_token_logprobs": [[-1.84, 198, None]],
     },
 }
-SGLANG_INFO = {"version": "0.5.23", "max_total_num_tokens": 324186, "context_length": 8192,
-               "max_running_requests": 48}
+SGLANG_INFO = {"version": "0.5.23", "max_total_num_tokens": 16384, "context_length": None,
+               "max_running_requests": None, "disable_radix_cache": False,
+               "internal_states": [{"effective_max_running_requests_per_dp": 2048}]}
+SGLANG_MODELS = {"object": "list", "data": [{"id": "/m", "object": "model",
+                                             "owned_by": "sglang", "max_model_len": 8192}]}
 
 
-def test_sglang_against_documented_shapes():
+def test_sglang_against_its_real_answers():
     seen: list[dict[str, Any]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/get_server_info":
             return httpx.Response(200, json=SGLANG_INFO)
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json=SGLANG_MODELS)
         seen.append(json.loads(request.content))
         return httpx.Response(200, json=SGLANG_GENERATE)
 
     adapter = SglangAdapter()
     info = adapter.info(client(handler))
-    assert info.capacity["kv_tokens"] == 324186 and info.version["sglang"] == "0.5.23"
+    assert info.capacity == {"kv_tokens": 16384, "max_running_requests": 2048,
+                             "radix_cache": True}
+    assert info.version["sglang"] == "0.5.23" and info.max_model_len == 8192
     (r,) = adapter.score(client(handler), [IDS], adapter.options_model())
     assert r.token_logprobs == [-8.2, -19.1, -7.5] and r.invalid is None
     assert seen[0] == {"input_ids": IDS, "sampling_params": {"max_new_tokens": 1,
                                                              "temperature": 0.0},
                        "return_logprob": True, "logprob_start_len": 0}
+    got = adapter.generate(client(handler), IDS, 1, adapter.options_model())
+    assert (got.token_ids, got.cached_tokens) == ([198], 0)
+    # output logprobs only: a request for the prompt's logprobs never reuses a prefix
+    assert seen[1]["logprob_start_len"] == -1
     wrong = json.loads(json.dumps(SGLANG_GENERATE))
     wrong["meta_info"]["input_token_logprobs"][2][1] = 7
     r2 = adapter.score(client(lambda req: httpx.Response(200, json=wrong)), [IDS],
@@ -211,10 +223,68 @@ def test_sglang_against_documented_shapes():
     with pytest.raises(EngineRequestError, match="unexpected answer"):
         adapter.score(client(lambda req: httpx.Response(200, json={"text": "x"})), [IDS],
                       adapter.options_model())
-    newer = {"version": "0.5.23", "internal_states": [{"max_total_num_tokens": 93574}]}
-    info2 = adapter.info(client(lambda req: httpx.Response(200, json=newer)))
-    assert info2.capacity["kv_tokens"] == 93574
-    assert adapter.caveat and "never run against a real SGLang" in adapter.caveat
+    off = {**SGLANG_INFO, "disable_radix_cache": True}
+    info2 = adapter.info(client(lambda req: httpx.Response(
+        200, json=SGLANG_MODELS if req.url.path == "/v1/models" else off)))
+    assert info2.capacity["radix_cache"] is False
+
+
+def test_sglang_on_a_cpu_gets_its_cpu_path_a_sized_kv_pool_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from servediff.engines.sglang import SglangOptions
+
+    monkeypatch.setenv("SERVEDIFF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("servediff.engines.sglang.has_module", lambda name: False)
+    with pytest.raises(EngineStartError, match="scripts/setup-sglang-cpu.sh"):
+        SglangAdapter().launch(None, "m", "h", 5, [], SglangOptions(device="cpu"))
+    venv = tmp_path / "cache" / "engines" / "sglang-cpu" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text("")
+
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576,
+        "num_hidden_layers": 30}))
+    adapter = SglangAdapter()
+    cpu = SglangOptions(device="cpu")
+    spec = adapter.launch(None, str(model), "127.0.0.1", 5, ["--dtype", "float32"], cpu)
+    argv = spec.argv
+    assert argv[:3] == [str(venv / "python"), "-m", "sglang.launch_server"]
+    for flag in ("--device cpu", "--attention-backend torch_native", "--disable-cuda-graph",
+                 "--sleep-on-idle", "--disable-radix-cache"):
+        assert flag in " ".join(argv)
+    # 2 (K, V) x 30 layers x 3 heads x 64 dims x 4 bytes = 46,080 bytes a token; 1 GiB of them
+    assert argv[argv.index("--max-total-tokens") + 1] == str((1 << 30) // 46080)
+    assert spec.env["SGLANG_USE_CPU_ENGINE"] == "1"
+    assert spec.env["PYTHONPATH"].split(":")[0].endswith("sglang-cpu/stand-in")
+    assert any("import-only stand-in" in n for n in spec.notes)
+    assert any("KV pool sized by servediff: --max-total-tokens 23301" in n for n in spec.notes)
+    # the arm's own choices win: its KV pool, its attention backend; float16 by default
+    own = adapter.launch(None, str(model), "h", 5, ["--mem-fraction-static", "0.2",
+                                                   "--attention-backend=triton"], cpu)
+    assert "--max-total-tokens" not in own.argv and "torch_native" not in own.argv
+    assert not any("KV pool" in n for n in own.notes)
+    half = adapter.launch(None, str(model), "h", 5, [], cpu).argv
+    assert half[half.index("--max-total-tokens") + 1] == str((1 << 30) // 23040)
+    gpu = adapter.launch(None, str(model), "h", 5, [], SglangOptions(device="gpu"))
+    assert gpu.env == {} and "--device" not in gpu.argv and gpu.notes[-1:] != ["KV"]
+    # a call of a stand-in op in the engine's log fails the load, naming the op
+    log = "RuntimeError: servediff sgl_kernel stand-in: copy_all_layer_kv_cache_cpu was called"
+    assert "copy_all_layer_kv_cache_cpu" in (adapter.fault_in_log(f"x\n{log}\n") or "")
+    assert adapter.fault_in_log("ready to roll") is None
+
+
+def test_the_engine_message_is_its_last_error_line():
+    from servediff.engines.process import engine_message
+
+    log = ("[2026-12-02 08:07:36] server_args=...\nTraceback (most recent call last):\n"
+           "  File \"x.py\", line 1\n    raise ValueError(\nValueError: Currently only "
+           "['triton'] attention backends are supported\n")
+    assert engine_message(log) == ("ValueError: Currently only ['triton'] attention backends "
+                                   "are supported")
+    assert engine_message("starting\nbye\n") == "bye"
+    assert engine_message("") == "(the engine printed nothing)"
 
 
 def test_http_error_is_an_engine_error():

@@ -19,6 +19,7 @@ from servediff.bundle import read_evidence, verify
 from servediff.corpus import Corpus, Text
 from servediff.plan import Plan
 from servediff.probes import cells_of_load
+from servediff.report import markdown, words
 from servediff.runner import Runner, SilentObserver
 from servediff.schedule import schedule
 from tests.engines.fake import FakeEngine, FakeLauncher
@@ -119,6 +120,8 @@ def test_an_engine_that_does_not_start_is_started_again(tmp_path: Path):
     assert len(cells(root)) == 12
     summary = summarize(read_evidence(root))
     assert [(f.arm, f.load, f.attempt) for f in summary.failed_launches] == [("a", 1, 1)]
+    # killed by a signal: no answer of the engine's own, so no refusal
+    assert first["engine_refusal"] is None and summary.did_not_start == []
 
 
 def test_rows_measured_before_a_death_are_kept_apart(tmp_path: Path):
@@ -294,3 +297,34 @@ def test_a_run_without_a_terminal_prints_plain_lines_with_position_and_eta(
                         r"about \d+:\d\d left\] \S+: done in \d+\.\ds$", line), line
     assert any(re.match(r"\[cell 5 of 6, load 5 of 6, .*\] a cost load 1: cold start$", x)
                for x in lines), lines
+
+
+REFUSAL = ("ValueError: Currently only ['triton'] attention backends are supported for "
+           "deterministic inference, but you explicitly specified 'torch_native'.")
+
+
+def test_an_arm_whose_engine_refuses_its_flags_did_not_start_and_the_others_run(
+        tmp_path: Path):
+    # the schedule: a1, b1 (refused at both attempts), b2 (not started), a2
+    launcher = FakeLauncher([FakeEngine(), FakeEngine(refuses=REFUSAL),
+                             FakeEngine(refuses=REFUSAL)])
+    root = run(tmp_path, launcher)
+    assert cells(root) == sorted(f"a-load{n}-{p}" for n in (1, 2)
+                                 for p in ("score", "repeat-r1", "generate"))
+    first, second = launches(root, "b-load1")
+    assert first["engine_refusal"] == second["engine_refusal"] == REFUSAL
+    assert "exited with code 1 before it was ready: ValueError: Currently" in first["error"]
+    assert not (root / "loads" / "b-load2.json").exists()
+    assert len(launcher.launched) == 4
+    summary = summarize(read_evidence(root))
+    (refused,) = summary.did_not_start
+    assert (refused.arm, refused.message, refused.launches) == ("b", REFUSAL, 2)
+    (pair,) = summary.verdict.pairs
+    (claim,) = [c for c in pair.claims if c.topic == "refused"]
+    assert (claim.kind, claim.arm) == ("cost", "b") and pair.costs >= 1
+    assert "`b` did not start" in words.claim_text(claim)
+    assert "this configuration does not exist on this stack" in words.claim_text(claim)
+    report = markdown.render(summary, "run")
+    broke = report.split("## What broke")[1].split("##")[0]
+    assert f'`b` did not start: the engine refused it at all 2 launches ("{REFUSAL}")' in broke
+

@@ -22,6 +22,7 @@ from servediff.analysis.findings import (
     BatchPair,
     Comparison,
     CorpusSetup,
+    DidNotStart,
     Discordant,
     DriftFinding,
     FailedLaunch,
@@ -282,6 +283,19 @@ def failed_launches(evidence: Evidence) -> list[FailedLaunch]:
                          found_alive=launch.stop.found_alive if launch.stop else None)
             for rec in evidence.loads for launch in rec.launches
             if launch.error or (launch.stop and launch.stop.died_before_stop)]
+
+
+def did_not_start(evidence: Evidence) -> list[DidNotStart]:
+    """Arms with a load whose every launch (max_attempts of them) was refused by the engine
+    with one message: the runner started nothing more of them."""
+    out: dict[str, DidNotStart] = {}
+    for rec in evidence.loads:
+        message = rec.did_not_start(evidence.plan.launch.max_attempts)
+        if message and rec.arm not in out:
+            out[rec.arm] = DidNotStart(arm=rec.arm, message=message,
+                                       launches=len(rec.launches),
+                                       evidence=[Layout.load_ref(rec.name)])
+    return [out[arm] for arm in evidence.arms if arm in out]
 
 
 def partial_cells(evidence: Evidence) -> list[PartialCell]:

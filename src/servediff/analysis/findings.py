@@ -589,8 +589,31 @@ class StartupClaim(Finding):
     comparison: StartupComparison
 
 
+class DidNotStart(Finding):
+    """An arm whose engine exited at start with an error of its own, the same at every
+    attempt: its configuration does not exist on this stack, and nothing of it was
+    measured."""
+
+    arm: str
+    message: str
+    launches: int
+    evidence: list[str]
+
+
+class RefusedClaim(Finding):
+    """An arm of the pair did not start (DidNotStart): a cost of the compared arm when the
+    baseline started, a gain when only the baseline did not."""
+
+    topic: Literal["refused"] = "refused"
+    kind: ClaimKind
+    evidence: list[str]
+    arm: str
+    message: str
+    launches: int
+
+
 Claim = Annotated[DriftClaim | SignatureClaim | SpeedClaim | TrendClaim | CapacityClaim
-                  | FailureClaim | SurvivalClaim | PrefixClaim | StartupClaim,
+                  | FailureClaim | SurvivalClaim | PrefixClaim | StartupClaim | RefusedClaim,
                   Field(discriminator="topic")]
 
 
@@ -754,6 +777,8 @@ class Summary(Finding):
     arm_shifts: list[ArmPair]
     generation_arm_shifts: list[ArmPairGeneration]
     failed_launches: list[FailedLaunch]
+    # arms whose engine refused to start them (their configuration does not exist here)
+    did_not_start: list[DidNotStart] = Field(default_factory=list)
     cells: int
     partial_cells: list[PartialCell]
     invalid_rows: int

@@ -99,13 +99,15 @@ def summarize(evidence: Evidence) -> Summary:
     shifts = drift.arm_shifts(by_arm, plan.thresholds.moved_abs_nll,
                               {arm: d.signature for arm, d in arms.items()})
     missing = untested(plan, arms, costs)
+    refused = drift.did_not_start(evidence)
     return Summary(
         plan_sha256=evidence.locked.sha256, engine=plan.engine, model=plan.model,
         threshold_abs_nll=plan.thresholds.moved_abs_nll, arms=arms,
         arm_shifts=[s for s in shifts if group_of[s.arm_a] == group_of[s.arm_b]],
         generation_arm_shifts=[s for s in generation.across_arms(by_arm)
                                if group_of[s.arm_a] == group_of[s.arm_b]],
-        failed_launches=drift.failed_launches(evidence), cells=len(evidence.cells),
+        failed_launches=drift.failed_launches(evidence), did_not_start=refused,
+        cells=len(evidence.cells),
         partial_cells=drift.partial_cells(evidence),
         invalid_rows=sum(a.invalid_rows for a in arms.values()),
         error_rows=sum(a.error_rows for a in arms.values()), setup=drift.setup(evidence),
@@ -113,4 +115,5 @@ def summarize(evidence: Evidence) -> Summary:
         gaps=[*drift.drift_gaps(evidence, arms), *cost.cost_gaps(costs, comparisons, evidence)],
         costs=costs, comparisons=comparisons, conditions=conditions(evidence, by_arm),
         untested=missing,
-        verdict=verdict.verdict(plan, evidence.arms, arms, costs, comparisons, missing))
+        verdict=verdict.verdict(plan, evidence.arms, arms, costs, comparisons, missing,
+                                {r.arm: r for r in refused}))

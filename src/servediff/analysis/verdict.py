@@ -21,11 +21,13 @@ from servediff.analysis.findings import (
     ClaimKind,
     CostComparison,
     Coverage,
+    DidNotStart,
     DriftClaim,
     FailureClaim,
     Fix,
     Pair,
     PrefixClaim,
+    RefusedClaim,
     SignatureClaim,
     SpeedClaim,
     StartupClaim,
@@ -161,9 +163,25 @@ def coverage(plan: Plan, costs: Mapping[str, ArmCosts]) -> Coverage:
         drift_levels=plan.probes.concurrency.levels if plan.probes.concurrency.enabled else [])
 
 
+def refused_claims(base: str, other: str, refused: Mapping[str, DidNotStart]) -> list[Claim]:
+    """An arm the engine would not start: a cost of the compared arm where the baseline
+    started, a gain of it where only the baseline did not, a note where neither did."""
+    out: list[Claim] = []
+    for arm in (other, base):
+        if arm not in refused:
+            continue
+        r = refused[arm]
+        kind: ClaimKind = ("note" if base in refused and other in refused else
+                           "cost" if arm == other else "gain")
+        out.append(RefusedClaim(kind=kind, evidence=r.evidence, arm=arm, message=r.message,
+                                launches=r.launches))
+    return out
+
+
 def verdict(plan: Plan, arms: list[str], drift: Mapping[str, ArmDrift],
             costs: Mapping[str, ArmCosts], comparisons: list[CostComparison],
-            untested: Mapping[str, object]) -> Verdict:
+            untested: Mapping[str, object],
+            refused: Mapping[str, DidNotStart] | None = None) -> Verdict:
     """Claims per pair: each comparison's arm against its baseline (the first arm of its
     group, plan.comparisons; the verdict's baseline is the first group's)."""
     regime = coverage(plan, costs)
@@ -171,7 +189,8 @@ def verdict(plan: Plan, arms: list[str], drift: Mapping[str, ArmDrift],
     pairs = []
     for comparison in comparisons:
         base, other = comparison.baseline, comparison.arm
-        claims = [*drift_claims(base, drift[base]), *drift_claims(other, drift[other]),
+        claims = [*refused_claims(base, other, refused or {}),
+                  *drift_claims(base, drift[base]), *drift_claims(other, drift[other]),
                   *speed_claims(comparison, costs), *capacity_claims(base, other, costs),
                   *survival_claims(base, other, costs), *prefix_claims(base, other, costs),
                   *startup_claims(comparison)]

@@ -39,6 +39,8 @@ class EngineOptions(BaseModel):
 class LaunchSpec:
     argv: list[str]
     env: dict[str, str]
+    # What the adapter added or stood in for, said in the launch record.
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,11 @@ class EngineAdapter(ABC):
             return False
         state: bool | None = getattr(options, self.cache_option)
         return state
+
+    def fault_in_log(self, log_text: str) -> str | None:
+        """Why the engine's log shows this load cannot be trusted (SGLang: a call of the
+        sgl_kernel stand-in), or None."""
+        return None
 
     def capacity_from_log(self, log_text: str) -> dict[str, Any]:
         """Capacity the engine only prints at start-up (vLLM's KV cache line)."""

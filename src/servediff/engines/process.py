@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -55,6 +56,20 @@ def tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+# The last line of a Python traceback or an error line a server prints as it gives up.
+ERROR_LINE = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?((?:[\w.]+(?:Error|Exception|Exit)|error|ERROR|"
+                        r"Error|FATAL|fatal)\b:?.*\S)\s*$", re.MULTILINE)
+
+
+def engine_message(log_text: str) -> str:
+    """What an engine that gave up said about why: its last error line, else its last line."""
+    found = ERROR_LINE.findall(log_text)
+    if found:
+        return str(found[-1]).strip()
+    lines = [line.strip() for line in log_text.splitlines() if line.strip()]
+    return lines[-1] if lines else "(the engine printed nothing)"
 
 
 def created_at(pid: int) -> float | None:

@@ -1,49 +1,96 @@
 """Adapter for SGLang's native HTTP API.
 
-NOT RUN AGAINST A REAL SGLANG. SGLang cannot be installed on the machines this
-project is developed and tested on (its wheel needs the CUDA stack; its CPU
-path needs Intel AMX and a kernel package the registries lack), and the GPU
-machine has no SGLang either. This adapter follows SGLang's documented API and
-is tested against response shapes written from that documentation, nothing
-more. Treat its first real run as a validation, not a measurement.
+Run against SGLang 0.5.23 on the CPU (scripts/setup-sglang-cpu.sh; docs/engines.md says
+what of SGLang is real there). On a machine without an NVIDIA GPU the launch adds SGLang's
+CPU path: `--device cpu --attention-backend torch_native --disable-cuda-graph
+--sleep-on-idle`, `SGLANG_USE_CPU_ENGINE=1`, and servediff's import-only stand-in for the
+`sgl_kernel` package first on PYTHONPATH (its CPU build is not on the package registry).
+Each launch record says so, and a load whose engine log shows a stand-in op was called
+fails, naming the op. Unless the arm sets the KV pool, a CPU launch gets one sized by
+servediff (`--max-total-tokens`): SGLang's own default takes most of the free RAM.
 
-Scoring: `/generate` with `input_ids`, `return_logprob: true`,
-`logprob_start_len: 0`, `max_new_tokens: 1`; `meta_info.input_token_logprobs`
-holds `[logprob, token_id, text]` per prompt token, the first logprob null.
-Capacity and version: `/get_server_info` (`max_total_num_tokens`, `version`).
-The deterministic-inference flags (`--enable-deterministic-inference`,
-`--attention-backend ...`) are ordinary arm args.
+Scoring: `/generate` with `input_ids`, `return_logprob: true`, `logprob_start_len: 0`,
+`max_new_tokens: 1`; `meta_info.input_token_logprobs` holds `[logprob, token_id, text]`
+per prompt token, the first logprob null. Such a request never reuses a cached prefix
+(SGLang does not reuse the prefix of tokens whose logprobs it returns); generation asks
+for output logprobs only, so the prefix probe sees the radix cache. Capacity and version:
+`/get_server_info` (`max_total_num_tokens`, `disable_radix_cache`, `version`); the
+context: `/v1/models` (`max_model_len`).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import sys
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
+from servediff import gpu
 from servediff.caches import SGLANG
 from servediff.engines.base import (
     EngineAdapter,
     EngineInfo,
     EngineOptions,
     Generated,
+    LaunchSpec,
     Scored,
+    fill_template,
     has_module,
 )
-from servediff.engines.completions import tokenize
+from servediff.engines.completions import first_model, tokenize
 from servediff.engines.rows import Position, judge, shape
 from servediff.engines.transport import EngineClient
-from servediff.errors import EngineRequestError
+from servediff.errors import EngineRequestError, EngineStartError
+from servediff.models import cache_root
+
+# SGLang's CPU path: the flags and environment a launch on a machine without a GPU gets.
+CPU_FLAGS: list[tuple[str, str | None]] = [
+    ("--device", "cpu"), ("--attention-backend", "torch_native"), ("--disable-cuda-graph", None),
+    ("--sleep-on-idle", None)]
+# The KV pool of a CPU launch whose arm does not size it: 1 GiB of KV cache, beside the
+# test suite's other engines on a 24 GiB machine (SGLang's default, a fraction of the free
+# RAM, took about 14 GB here and changed with what else ran).
+KV_BUDGET_BYTES = 1 << 30
+KV_FLAGS = ("--max-total-tokens", "--mem-fraction-static")
+STUB_CALLED = re.compile(r"servediff sgl_kernel stand-in: (\S+) was called")
+
+
+def environment() -> Path:
+    """Where scripts/setup-sglang-cpu.sh puts its virtual environment."""
+    return cache_root() / "engines" / "sglang-cpu"
 
 
 def _find(data: Any, key: str) -> Any:
-    """`key` at the top level or inside `internal_states[0]` (newer SGLang versions)."""
-    if isinstance(data, dict):
-        if key in data:
-            return data[key]
-        states = data.get("internal_states")
-        if isinstance(states, list) and states and isinstance(states[0], dict):
-            return states[0].get(key)
+    """`key` at the top level or, where that is missing or null, in `internal_states[0]`."""
+    if not isinstance(data, dict):
+        return None
+    if data.get(key) is not None:
+        return data[key]
+    states = data.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        return states[0].get(key)
     return None
+
+
+def kv_bytes_per_token(model: Path, float32: bool) -> int | None:
+    """K and V of one token over every layer, in the dtype the weights are served in (SGLang
+    on the CPU serves float32 weights as float16 unless told --dtype float32); None when
+    the model's config.json does not say."""
+    try:
+        config = json.loads((model / "config.json").read_text())
+        heads = int(config["num_attention_heads"])
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+        layers = int(config["num_hidden_layers"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return 2 * layers * kv_heads * head_dim * (4 if float32 else 2)
+
+
+def _has(args: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
 def parse_generate(body: Any, batch: list[list[int]]) -> list[Scored]:
@@ -73,12 +120,15 @@ class SglangOptions(EngineOptions):
     # SGLang's radix (prefix) cache; off unless an arm measures with it.
     # None (cost loads): no flag, as the arm's own args leave it.
     prefix_cache: bool | None = False
+    # "cpu": SGLang's CPU path (flags, environment, the sgl_kernel stand-in, a sized KV
+    # pool); "gpu": the launch as given; "auto": cpu where NVML sees no GPU.
+    device: Literal["auto", "cpu", "gpu"] = "auto"
 
 
 class SglangAdapter(EngineAdapter):
     name = "sglang"
-    # not measured here (SGLang never ran on our machines): vLLM's, as a guess
-    typical_start_s = 90.0
+    # measured on a 2-core AMD EPYC, SmolLM2-135M float32: ready in 22 to 24 s (2026-12-02)
+    typical_start_s = 30.0
     capabilities: ClassVar[frozenset[str]] = frozenset(
         {"score", "generate", "capacity", "version", "reload"}
     )
@@ -94,27 +144,95 @@ class SglangAdapter(EngineAdapter):
         True: "radix cache ON (a cache arm)",
         False: "radix cache off: --disable-radix-cache",
     }
-    caveat = ("never run against a real SGLang (not installable here); tested against "
-              "documented response shapes only")
+    caveat = ("on a CPU: torch_native attention with an import-only sgl_kernel stand-in; "
+              "no sgl_kernel ops, FlashInfer, CUDA graphs or deterministic inference")
 
     @classmethod
     def locate(cls) -> str | None:
-        return "this Python environment" if has_module("sglang") else None
+        if has_module("sglang"):
+            return "this Python environment"
+        venv = environment() / "bin" / "python"
+        return f"{venv} (scripts/setup-sglang-cpu.sh)" if venv.exists() else None
+
+    def launch(self, template: list[str] | None, model: str, host: str, port: int,
+               args: list[str], options: EngineOptions) -> LaunchSpec:
+        assert isinstance(options, SglangOptions)
+        notes: list[str] = []
+        argv = fill_template(template or self.default_command, model, host, port)
+        if template is None and not has_module("sglang"):
+            venv = environment() / "bin" / "python"
+            if not venv.exists():
+                raise EngineStartError(
+                    "SGLang is not importable in servediff's environment and "
+                    "scripts/setup-sglang-cpu.sh has not made its own: run that script, "
+                    "or give [launch] command")
+            argv[0] = str(venv)
+            notes.append(f"SGLang from {venv} (scripts/setup-sglang-cpu.sh)")
+        own = [*self.option_args(options), *args]
+        env: dict[str, str] = {}
+        device = options.device
+        if device == "auto":
+            device = "gpu" if gpu.names() else "cpu"
+        if device == "cpu":
+            # each unless the arm's args set it themselves
+            added = [part for flag, value in CPU_FLAGS if not _has(args, flag)
+                     for part in (flag, value) if part is not None]
+            own = [*added, *own]
+            stand_in = environment() / "stand-in"
+            env["SGLANG_USE_CPU_ENGINE"] = "1"
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(stand_in), os.environ.get("PYTHONPATH")) if p)
+            notes.append(
+                f"sgl_kernel: servediff's import-only stand-in ({stand_in}; SGLang's CPU "
+                "kernel build is not on the package registry); every op of it raises when "
+                "called, and a call fails the load")
+            notes.append("CPU path added by servediff: " + " ".join(added)
+                         + " and SGLANG_USE_CPU_ENGINE=1")
+            if not any(_has(args, f) for f in KV_FLAGS):
+                per_token = kv_bytes_per_token(Path(model), _dtype(args) == "float32")
+                if per_token:
+                    tokens = KV_BUDGET_BYTES // per_token
+                    own = ["--max-total-tokens", str(tokens), *own]
+                    notes.append(
+                        f"KV pool sized by servediff: --max-total-tokens {tokens} (1 GiB at "
+                        f"{per_token} bytes a token, for a 24 GiB machine that also runs "
+                        "other engines); the arm's args did not size it")
+                else:
+                    own = ["--mem-fraction-static", "0.1", *own]
+                    notes.append("KV pool sized by servediff: --mem-fraction-static 0.1 "
+                                 "(the model's config.json did not give its KV size)")
+        return LaunchSpec(argv=[*argv, *own], env=env, notes=notes)
 
     def option_args(self, options: EngineOptions) -> list[str]:
         assert isinstance(options, SglangOptions)
         return ["--disable-radix-cache"] if options.prefix_cache is False else []
 
+    def fault_in_log(self, log_text: str) -> str | None:
+        if m := STUB_CALLED.search(log_text):
+            return (f"SGLang called the sgl_kernel stand-in's {m.group(1)}: that op has no "
+                    "CPU build here, so this configuration cannot be served on this stack")
+        return None
+
     def info(self, client: EngineClient) -> EngineInfo:
         raw: dict[str, Any] = client.get_json("/get_server_info")
-        total = _find(raw, "max_total_num_tokens")
+        first = first_model(client)
+        context = first.get("max_model_len") or _find(raw, "context_length")
+        slots = (_find(raw, "max_running_requests")
+                 or _find(raw, "effective_max_running_requests_per_dp"))
+        keep = {k: _find(raw, k) for k in (
+            "version", "max_total_num_tokens", "max_total_tokens", "disable_radix_cache",
+            "device", "attention_backend", "dtype", "kv_cache_dtype", "mem_fraction_static",
+            "chunked_prefill_size", "disable_cuda_graph", "enable_deterministic_inference",
+            "disable_flashinfer_autotune", "page_size", "random_seed", "sleep_on_idle")}
         return EngineInfo(
             version={"engine": "sglang", "sglang": raw.get("version")},
             bos_token_id=None,
-            max_model_len=_find(raw, "context_length"),
-            capacity={"kv_tokens": total, "max_running_requests":
-                      _find(raw, "max_running_requests")},
-            raw=raw,
+            max_model_len=None if context is None else int(context),
+            capacity={"kv_tokens": _find(raw, "max_total_num_tokens"),
+                      "max_running_requests": slots,
+                      "radix_cache": None if (off := _find(raw, "disable_radix_cache")) is None
+                      else not off},
+            raw={"server_info": keep, "model": first},
         )
 
     def tokenize(self, client: EngineClient, text: str, options: EngineOptions) -> list[int]:
@@ -132,12 +250,14 @@ class SglangAdapter(EngineAdapter):
 
     def generate(self, client: EngineClient, ids: list[int], max_tokens: int,
                  options: EngineOptions) -> Generated:
+        # Output logprobs only (logprob_start_len -1): a request that asks for the prompt's
+        # logprobs never reuses a cached prefix, and the prefix probe would see nothing.
         body = client.post_json("/generate", {
             "input_ids": ids,
             "sampling_params": {"max_new_tokens": max_tokens, "min_new_tokens": max_tokens,
                                 "temperature": 0.0, "ignore_eos": True},
             "return_logprob": True,
-            "logprob_start_len": len(ids),
+            "logprob_start_len": -1,
         })
         with shape("/generate", body):
             meta = body["meta_info"]
@@ -147,3 +267,12 @@ class SglangAdapter(EngineAdapter):
                              text=str(body.get("text", "")),
                              prompt_tokens=meta.get("prompt_tokens"),
                              cached_tokens=meta.get("cached_tokens"))
+
+
+def _dtype(args: list[str]) -> str | None:
+    for i, a in enumerate(args):
+        if a == "--dtype" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--dtype="):
+            return a.split("=", 1)[1]
+    return None

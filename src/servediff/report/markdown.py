@@ -40,7 +40,9 @@ def _pair_line(label: str, p: Comparison) -> str:
 def what_broke(summary: Summary) -> list[str]:
     """Drift found per arm and every cost the verdict named, first thing in the report."""
     lines = ["## What broke", ""]
-    found = False
+    lines += [f"- {words.refused_text(r.arm, r.message, r.launches)}"
+              for r in summary.did_not_start]
+    found = bool(summary.did_not_start)
     for arm, data in summary.arms.items():
         if data.signature.name == "drift":
             detail = "".join(f"; moved {p.moved} of {p.compared} texts between cold loads "

@@ -20,6 +20,7 @@ from servediff.analysis.findings import (
     Metric,
     Pair,
     PrefixClaim,
+    RefusedClaim,
     ShiftKind,
     Signature,
     SignatureClaim,
@@ -291,7 +292,15 @@ def claim_text(c: Claim) -> str:
         return survival_text(c)
     if isinstance(c, PrefixClaim):
         return _prefix_text(c)
+    if isinstance(c, RefusedClaim):
+        return refused_text(c.arm, c.message, c.launches)
     return _startup_text(c)
+
+
+def refused_text(arm: str, message: str, launches: int) -> str:
+    return (f"`{arm}` did not start: the engine refused it at all {launches} launches "
+            f"(\"{message}\"); this configuration does not exist on this stack, and "
+            "nothing of it was measured")
 
 
 SHOWN = ("cost", "gain", "within noise", "drift")
