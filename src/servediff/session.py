@@ -316,6 +316,12 @@ class LoadSession:
     def context_length(self) -> int | None:
         return self.info.max_model_len if self.info else None
 
+    @property
+    def prompt_limit(self) -> int | None:
+        """The longest prompt the engine says it accepts, where it says (SGLang)."""
+        value = self.info.capacity.get("max_prompt_tokens") if self.info else None
+        return int(value) if value else None
+
     @cached_property
     def head(self) -> tuple[list[int], str]:
         """The token put in front of every text, and its label in the records."""

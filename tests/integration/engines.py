@@ -198,14 +198,20 @@ COST = ("[probes.speed]\nprompt_tokens = [128]\nmax_tokens = 8\nreplicates = 3\n
         + MARK_BUSY)
 
 
-def check_sweep(run: Path, arm: str, context: int) -> dict:
-    """The sweep reached the context and went past it; the summary's map is the raw one."""
+def check_sweep(run: Path, arm: str, context: int, limit: int | None = None) -> dict:
+    """The sweep reached the context and went past it; the summary's map is the raw one.
+    `limit`: the longest prompt the engine accepts, below the context (SGLang): held there,
+    and refused with HTTP 400 (the server alive) at the context's own point."""
     summary = json.loads((run / "summary.json").read_text())
     cell = json.loads((run / "cells" / f"{arm}-cost1-sweep.json").read_text())
     assert cell["context_length"] == context
     raw = {(p["length"], p["level"]): p for p in cell["sweep"]}
     assert [tuple(x) for x in cell["sweep_plan"]] == list(raw)
-    assert (context - 1, 1) in raw and raw[(context - 1, 1)]["outcome"] == "ok"
+    top = context - 1 if limit is None else limit
+    assert (top, 1) in raw and raw[(top, 1)]["outcome"] == "ok"
+    if limit is not None:
+        refused = raw[(context - 1, 1)]
+        assert refused["outcome"] == "error" and refused["http_status"] == 400, refused
     beyond = [p for (n, _), p in raw.items() if n > context]
     assert beyond and all(p["outcome"] == "error" and p["http_status"] == 400 for p in beyond)
     ok = [p for p in raw.values() if p["outcome"] == "ok"]
@@ -215,8 +221,11 @@ def check_sweep(run: Path, arm: str, context: int) -> dict:
     survival = summary["costs"][arm]["survival"]
     assert {(p["length"], p["level"]): p["outcome"] for p in survival["points"]} == \
         {k: p["outcome"] for k, p in raw.items()}
-    assert survival["largest_ok_length"]["1"] == context - 1
-    assert all(v is None for v in survival["first_failure"].values())
+    assert survival["largest_ok_length"]["1"] == top
+    if limit is None:
+        assert all(v is None for v in survival["first_failure"].values())
+    else:
+        assert survival["first_failure"]["1"]["length"] == context - 1
     alone, together = summary["costs"][arm]["speed"]["per_length"]
     assert (alone["concurrency"], together["concurrency"]) == (1, 2)
     for speed in (alone, together):

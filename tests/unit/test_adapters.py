@@ -203,8 +203,9 @@ def test_sglang_against_its_real_answers():
 
     adapter = SglangAdapter()
     info = adapter.info(client(handler))
-    assert info.capacity == {"kv_tokens": 16384, "max_running_requests": 2048,
-                             "radix_cache": True}
+    # the longest prompt SGLang accepts: min(8192 - 1, 16384 - 1) - 6
+    assert info.capacity == {"kv_tokens": 16384, "max_prompt_tokens": 8185,
+                             "max_running_requests": 2048, "radix_cache": True}
     assert info.version["sglang"] == "0.5.23" and info.max_model_len == 8192
     (r,) = adapter.score(client(handler), [IDS], adapter.options_model())
     assert r.token_logprobs == [-8.2, -19.1, -7.5] and r.invalid is None

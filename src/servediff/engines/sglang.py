@@ -224,11 +224,17 @@ class SglangAdapter(EngineAdapter):
             "device", "attention_backend", "dtype", "kv_cache_dtype", "mem_fraction_static",
             "chunked_prefill_size", "disable_cuda_graph", "enable_deterministic_inference",
             "disable_flashinfer_autotune", "page_size", "random_seed", "sleep_on_idle")}
+        kv = _find(raw, "max_total_num_tokens")
+        # SGLang's own rule (managers/tp_worker.py, 0.5.23): max_req_input_len is
+        # min(context - 1, KV pool - 1) - 5, and a prompt must be shorter than that (measured
+        # with a 1,024-token context: 1,017 tokens answered, 1,018 got HTTP 400 "Input length
+        # (1018 tokens) exceeds the maximum allowed length (1018 tokens)").
+        limit = (min(int(context) - 1, int(kv) - 1) - 6) if context and kv else None
         return EngineInfo(
             version={"engine": "sglang", "sglang": raw.get("version")},
             bos_token_id=None,
             max_model_len=None if context is None else int(context),
-            capacity={"kv_tokens": _find(raw, "max_total_num_tokens"),
+            capacity={"kv_tokens": kv, "max_prompt_tokens": limit,
                       "max_running_requests": slots,
                       "radix_cache": None if (off := _find(raw, "disable_radix_cache")) is None
                       else not off},

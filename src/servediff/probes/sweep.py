@@ -46,8 +46,11 @@ from servediff.session import LoadSession
 PER_POINT = 64
 
 
-def points(spec: SweepProbe, context: int | None) -> list[tuple[int, int]]:
-    """(length, level) in the order they are sent: single prompts first, short to long."""
+def points(spec: SweepProbe, context: int | None, limit: int | None = None
+           ) -> list[tuple[int, int]]:
+    """(length, level) in the order they are sent: single prompts first, short to long.
+    `limit`: the longest prompt the engine says it accepts, when that is below the context
+    (SGLang: 6 tokens below it); it is a point of its own, below the context's."""
     if spec.lengths:
         lengths = sorted(set(spec.lengths))
     elif context is None:
@@ -59,6 +62,8 @@ def points(spec: SweepProbe, context: int | None) -> list[tuple[int, int]]:
             lengths.append(n)
             n *= 2
         lengths += [context - 1, context + max(context // 4, 16)]
+        if limit is not None and spec.start <= limit < context - 1 and limit not in lengths:
+            lengths = sorted([*lengths, limit])
     fits = [n for n in lengths if context is None or n < context]
     return [(n, 1) for n in lengths] + [(n, c) for c in spec.levels if c > 1 for n in fits]
 
@@ -143,7 +148,7 @@ class Sweep(Probe):
         out = self.progress(session, cell)
         if out is None:
             out = session.cell(cell)
-            out.sweep_plan = points(spec, session.context_length)
+            out.sweep_plan = points(spec, session.context_length, session.prompt_limit)
             if not out.sweep_plan:
                 out.skipped = [Skipped(reason="the engine reports no context length and the "
                                        "plan gives no sweep lengths")]
