@@ -41,9 +41,9 @@ def _script(name: str) -> Path:
 # The slowest modules, slowest first (measured with two workers on a 2-core AMD EPYC,
 # 2026-12-01: 540 to 1,300 s each): they start first, so that no worker begins one of them
 # when the others are nearly done. Other real-engine modules follow, then the unit tests.
-SLOWEST = ("test_vllm_reload", "test_ray", "test_embedded_engine", "test_survival",
-           "test_vllm_eager", "test_llama_server", "test_jit_caches", "test_published_report",
-           "test_quiet")
+SLOWEST = ("test_vllm_reload", "test_sglang", "test_ray", "test_embedded_engine",
+           "test_survival", "test_vllm_eager", "test_llama_server", "test_jit_caches",
+           "test_published_report", "test_quiet")
 
 
 def _real_engines(path: str) -> bool:

@@ -216,8 +216,10 @@ def check_sweep(run: Path, arm: str, context: int, limit: int | None = None) -> 
     assert beyond and all(p["outcome"] == "error" and p["http_status"] == 400 for p in beyond)
     ok = [p for p in raw.values() if p["outcome"] == "ok"]
     assert all(p["achieved_ok"] is not False for p in ok)
-    # every sweep prompt is unique from its first token: a prefix cache shortens none
-    assert all(c in (0, None) for p in ok for c in p["cached_tokens"]), ok
+    # every sweep prompt is unique from its first token, or, where the test corpus has too
+    # few distinct tokens for the numbers drawn, from its second (prompts.py): a prefix
+    # cache spares at most that one token (SGLang reports it; vLLM caches whole blocks)
+    assert all(c in (0, 1, None) for p in ok for c in p["cached_tokens"]), ok
     survival = summary["costs"][arm]["survival"]
     assert {(p["length"], p["level"]): p["outcome"] for p in survival["points"]} == \
         {k: p["outcome"] for k, p in raw.items()}

@@ -118,6 +118,9 @@ def test_sglang_refuses_deterministic_inference_on_the_cpu(sglang_run: Path):
         "deterministic-load1"]
     assert not list((sglang_run / "cells").glob("deterministic-*"))
     assert (sglang_run / "cells" / "noradix-cost1-sweep.json").exists()
+    # nothing of it was measured: no gain of it either (the baseline's refused 1,023-token
+    # prompts are a survival finding of the baseline, not a gain of an arm that never ran)
+    assert claims(sglang_run, "deterministic", "gain") == []
     (text,) = [c for c in claims(sglang_run, "deterministic", "cost") if "did not start" in c]
     assert "this configuration does not exist on this stack" in text
     report = (sglang_run / "report.md").read_text()

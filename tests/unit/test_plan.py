@@ -144,3 +144,17 @@ def test_external_plan_is_valid_with_one_load(write):
                                    'base_url = "http://127.0.0.1:1"\nloads_per_arm = 1\n'
                                    '[arms.a]\noptions = { score_form = "echo" }\n'))
     assert plan.base_url == "http://127.0.0.1:1"
+
+
+def test_the_sweep_reaches_the_context_and_the_engines_own_prompt_limit():
+    from servediff.plan import SweepProbe
+    from servediff.probes.sweep import points
+
+    spec = SweepProbe(start=256, levels=[1, 2])
+    assert points(spec, 1024) == [(256, 1), (512, 1), (1023, 1), (1280, 1),
+                                  (256, 2), (512, 2), (1023, 2)]
+    # SGLang accepts at most 1,017 of 1,024: that point too, below the context's own
+    assert points(spec, 1024, limit=1017) == [(256, 1), (512, 1), (1017, 1), (1023, 1),
+                                              (1280, 1), (256, 2), (512, 2), (1017, 2),
+                                              (1023, 2)]
+    assert points(spec, 1024, limit=1023) == points(spec, 1024)

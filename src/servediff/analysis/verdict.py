@@ -100,7 +100,12 @@ def survival_claims(a: str, b: str, costs: Mapping[str, ArmCosts]) -> list[Claim
                 continue
             # A failure of the compared arm where the baseline held is a cost of that arm;
             # a failure of the baseline where the other held is the other arm's gain.
-            if (p.length, p.level) in ok_there or other is None:
+            if other is None and arm == a:
+                # the compared arm has no sweep (it did not start, or did not run one):
+                # the baseline's failure is a survival finding, not a gain of that arm
+                out.append(FailureClaim(kind="survival", evidence=[mine.cell], arm=arm,
+                                        point=p, both_failed=False))
+            elif (p.length, p.level) in ok_there or other is None:
                 kind: ClaimKind = "cost" if arm == b else "gain"
                 out.append(FailureClaim(kind=kind, evidence=[mine.cell], arm=arm, point=p,
                                         both_failed=False, gain_for=b if kind == "gain"
