@@ -47,7 +47,7 @@ from servediff.engines.completions import score_payload
 from servediff.engines.process import EngineProcess
 from servediff.evidence import Cell
 from servediff.plan import resolve_plan
-from servediff.probes import BY_NAME
+from servediff.probes import by_cell
 from servediff.runner import SilentObserver, resolve_model
 from servediff.schedule import CellSpec
 from servediff.session import LoadSession, Room
@@ -88,7 +88,7 @@ def plan_text(vllm_python: Path, work: Path, texts: int) -> str:
 # --- servediff ----------------------------------------------------------------------------
 
 def servediff_cell(session: LoadSession, spec: CellSpec) -> Cell:
-    BY_NAME[spec.probe].measure(session, spec)
+    by_cell(spec.probe).measure(session, spec)
     return read_record(session.room.layout.cell(spec.name), Cell)
 
 

@@ -15,6 +15,7 @@ import tomllib
 from importlib import resources
 from typing import Any
 
+from servediff import probes
 from servediff.plan import ProbesSpec
 
 # A baseline and a candidate per engine: the candidate is the kind of flag people
@@ -29,14 +30,6 @@ EXAMPLE_ARMS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "llamacpp": ({"args": ["-fa", "off"]}, {"args": ["-fa", "on"]}, "flash attention on"),
 }
 
-PROBE_NOTES = {
-    "repeat": "the texts scored again in the same load (in a new order): within-load drift",
-    "concurrency": "identical requests alone and together: batch-composition drift",
-    "generate": "greedy continuations, hashed across repeats, loads and arms",
-    "speed": "TTFT, prefill and decode tok/s, in every cost load",
-    "sweep": "prompts up to the context and past it, alone and together: survival",
-    "prefix": "a shared prefix, then different questions: is it reused?",
-}
 
 
 def toml_value(value: Any) -> str:
@@ -103,7 +96,7 @@ def plan_text(engine: str, model: str, name: str, small: bool) -> str:
               "engine options (options)", "[arms.candidate]"]
     lines += [f"{k} = {toml_value(v)}" for k, v in candidate.items()]
     for probe, settings in probe_settings(small).items():
-        lines += ["", f"# {PROBE_NOTES[probe]}", f"[probes.{probe}]"]
+        lines += ["", f"# {probes.by_section(probe).description}", f"[probes.{probe}]"]
         lines += [f"{k} = {toml_value(v)}" for k, v in settings.items()]
     lines += [
         "",

@@ -15,7 +15,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -31,13 +31,12 @@ from servediff.corpus import Corpus, load_corpus
 from servediff.engines import registry
 from servediff.engines.base import EngineOptions
 from servediff.errors import PlanError
-from servediff.evidence import CachePolicy, RequestKind
+from servediff.evidence import CachePolicy
 from servediff.validation import describe, suggest
 
 LOCK_SCHEMA_VERSION = 1
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]{0,39}$")
 BUILTIN_MODELS = ("smollm2",)
-REQUEST_KINDS: list[RequestKind] = ["score", "generate"]
 
 
 class Strict(BaseModel):
@@ -60,18 +59,6 @@ class CorpusSpec(Strict):
     tags: list[str] = Field(default_factory=list)
 
 
-class RepeatProbe(Strict):
-    count: Annotated[int, Field(ge=0, le=100)] = 1
-    shuffle: bool = True
-    # Extra passes in the same load at these scoring batch sizes (texts per request,
-    # padded into one batch by engines that batch): batch size vs the arm's own,
-    # with the plain repeats as the control.
-    batch_sizes: list[Annotated[int, Field(ge=1, le=256)]] = Field(default_factory=list)
-    # The drift loads that run the repeats and batch passes (default: every one). Within-load
-    # drift is a property of a load: one load per arm shows it, every load confirms it.
-    loads: list[Annotated[int, Field(ge=1)]] | None = None
-
-
 def distinct_sorted(values: list[int], if_empty: str) -> list[int]:
     """A list setting that needs one value at least, kept sorted and without repeats."""
     if not values:
@@ -79,132 +66,69 @@ def distinct_sorted(values: list[int], if_empty: str) -> list[int]:
     return sorted(set(values))
 
 
-class ConcurrencyProbe(Strict):
-    """Identical requests at concurrency 1 (the control) and above, per prompt length.
+class ProbeSettings(Strict):
+    """A probe's table in the plan; `section` is its name there: `[probes.<section>]`.
+    Each probe module defines its own (probes/base.py)."""
 
-    Short prompts hide batch-composition drift and one request at a time hides it
-    completely: the defaults are prompts of a few hundred tokens and more, levels
-    from 1 to 8, and 8 identical requests per cell.
-    """
+    section: ClassVar[str]
 
-    enabled: bool = True
-    lengths: list[Annotated[int, Field(ge=2)]] = Field(default_factory=lambda: [256, 768, 1536])
-    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 2, 4, 8])
-    requests: Annotated[int, Field(ge=2, le=256)] = 8
-    max_tokens: Annotated[int, Field(ge=1, le=1024)] = 16
-    # Scoring requests (prompt logprobs) and greedy generations: both, by default.
-    kinds: list[RequestKind] = Field(default_factory=lambda: list(REQUEST_KINDS))
-    # The drift loads that run the grid (default: every one).
-    loads: list[Annotated[int, Field(ge=1)]] | None = None
+    def on(self) -> bool:
+        """Whether the plan runs the probe (a probe without `enabled` always runs)."""
+        return bool(getattr(self, "enabled", True))
 
-    @field_validator("kinds")
+    def check(self, plan: Plan) -> None:
+        """Raise ValueError where these settings do not fit the rest of the plan."""
+
+
+def check_loads(plan: Plan, section: str, loads: list[int] | None) -> None:
+    """A probe's `loads` setting names drift loads of the plan."""
+    if loads is not None and (not loads or max(loads) > plan.loads_per_arm):
+        raise ValueError(f"probes.{section}.loads must name drift loads from 1 to "
+                         f"loads_per_arm ({plan.loads_per_arm}), got {loads}")
+
+
+S = TypeVar("S", bound=ProbeSettings)
+
+
+class ProbesSpec(BaseModel):
+    """Every registered probe's settings, by its section: `[probes.speed]` is
+    `probes.get(SpeedSettings)`. The probes are the registry's (probes/__init__.py); a
+    table for a probe it does not know is an error."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    @model_validator(mode="before")
     @classmethod
-    def _kinds(cls, kinds: list[RequestKind]) -> list[RequestKind]:
-        if not kinds:
-            raise ValueError("needs at least one of \"score\", \"generate\"")
-        return sorted(set(kinds), key=REQUEST_KINDS.index)
+    def _sections(cls, data: Any) -> Any:
+        if isinstance(data, ProbesSpec):
+            return data
+        if not isinstance(data, dict):
+            raise ValueError("must be a table of probe settings")
+        # the errors of a section name it: probes.speed.levels
+        return dict(cls.fields_model().model_validate(data))
 
-    @field_validator("levels")
-    @classmethod
-    def _control(cls, levels: list[int]) -> list[int]:
-        if 1 not in levels:
-            raise ValueError("must include 1: concurrency 1 is the negative control")
-        if len(levels) < 2:
-            raise ValueError("needs at least one level above 1")
-        return sorted(set(levels))
+    @staticmethod
+    def fields_model() -> type[BaseModel]:
+        """The registered probes' settings as one model (what validation.keys_at reads)."""
+        from servediff.probes import sections_model
 
-    @field_validator("lengths")
-    @classmethod
-    def _lengths(cls, lengths: list[int]) -> list[int]:
-        return distinct_sorted(lengths, "needs at least one prompt length")
+        return sections_model()
 
+    def get(self, kind: type[S]) -> S:
+        """The settings of the probe whose settings model is `kind`."""
+        value = getattr(self, kind.section)
+        assert isinstance(value, kind), f"probes.{kind.section} is not {kind.__name__}"
+        return value
 
-class GenerateProbe(Strict):
-    """Greedy continuations of corpus texts, hashed across repeats, loads and arms."""
-
-    enabled: bool = True
-    texts: Annotated[int, Field(ge=1)] = 8
-    prompt_tokens: Annotated[int, Field(ge=2)] = 128
-    max_tokens: Annotated[int, Field(ge=1, le=1024)] = 32
-    repeats: Annotated[int, Field(ge=1, le=64)] = 2
-
-
-class SpeedProbe(Strict):
-    """Decode tok/s, TTFT and prefill tok/s, replicated in every cost load.
-
-    TTFT is the latency of a request for one token (prefill plus the first token);
-    decode tok/s is (max_tokens - 1) / (latency of max_tokens - TTFT). Every
-    request gets its own prompt, so no prefix cache can serve it.
-    """
-
-    enabled: bool = True
-    prompt_tokens: list[Annotated[int, Field(ge=2)]] = Field(
-        default_factory=lambda: [512, 2048])
-    max_tokens: Annotated[int, Field(ge=2, le=4096)] = 64
-    # Discarded replicates at the start of every cost load.
-    warmup: Annotated[int, Field(ge=0, le=20)] = 1
-    # Kept replicates per cost load; with two cost loads per arm, 3 x 2 = 6 per arm.
-    replicates: Annotated[int, Field(ge=1, le=50)] = 3
-    # Requests in flight: 1 is the single-stream baseline; above it, that many requests
-    # of each kind go at once (a flag can be free alone and cost under load).
-    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 4])
-
-    @field_validator("levels")
-    @classmethod
-    def _levels(cls, levels: list[int]) -> list[int]:
-        return distinct_sorted(levels, "needs at least one level (1: one request at a time)")
-
-
-class SweepProbe(Strict):
-    """Prompt lengths up to the context length and past it; survival per length.
-
-    `lengths` empty: doubling from `start` to the context length the engine
-    reports, the context length itself, and one length past it (whose error
-    response is part of the map). Each level above 1 sends that many prompts of
-    the length at once (several in one prefill).
-    """
-
-    enabled: bool = True
-    lengths: list[Annotated[int, Field(ge=2)]] = Field(default_factory=list)
-    start: Annotated[int, Field(ge=2)] = 512
-    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 4])
-    # Past this, a request's engine is watched: no work for a stall window is a hang,
-    # an answer later than this is "slow" (it survived).
-    request_timeout_s: Annotated[float, Field(gt=0)] = 120.0
-    # A busy engine that has not answered by then is given up on ("timeout").
-    # None: 10 x request_timeout_s.
-    give_up_s: Annotated[float, Field(gt=0)] | None = None
-    # Achieved prompt tokens must be within this fraction of the nominal count.
-    tolerance: Annotated[float, Field(ge=0, le=0.5)] = 0.02
-
-    @field_validator("levels")
-    @classmethod
-    def _levels(cls, levels: list[int]) -> list[int]:
-        if 1 not in levels:
-            raise ValueError("must include 1: a single prompt of each length")
-        return sorted(set(levels))
-
-
-class PrefixProbe(Strict):
-    """A long shared system prefix, then different questions: is the prefix reused?"""
-
-    enabled: bool = True
-    # 0: half the context length, at most 4096 tokens.
-    prefix_tokens: Annotated[int, Field(ge=0)] = 0
-    question_tokens: Annotated[int, Field(ge=1)] = 32
-    requests: Annotated[int, Field(ge=2, le=64)] = 4
-
-
-class ProbesSpec(Strict):
-    repeat: RepeatProbe = RepeatProbe()
-    concurrency: ConcurrencyProbe = ConcurrencyProbe()
-    generate: GenerateProbe = GenerateProbe()
-    speed: SpeedProbe = SpeedProbe()
-    sweep: SweepProbe = SweepProbe()
-    prefix: PrefixProbe = PrefixProbe()
+    def sections(self) -> list[ProbeSettings]:
+        """Every probe's settings, in the registry's order."""
+        return [v for v in (self.model_extra or {}).values() if isinstance(v, ProbeSettings)]
 
     def cost_probes(self) -> list[str]:
-        return [name for name in ("speed", "prefix", "sweep") if getattr(self, name).enabled]
+        """The sections of the enabled probes of cost loads."""
+        from servediff.probes import ordered
+
+        return [p.section for p in ordered() if p.phase == "cost" and self.get(p.settings).on()]
 
 
 class ScoringSpec(Strict):
@@ -306,7 +230,7 @@ class Plan(Strict):
     engine_options: dict[str, Any] = Field(default_factory=dict)
     arms: dict[str, ArmSpec]
     corpus: CorpusSpec = CorpusSpec()
-    probes: ProbesSpec = ProbesSpec()
+    probes: ProbesSpec = Field(default_factory=lambda: ProbesSpec())
     scoring: ScoringSpec = ScoringSpec()
     thresholds: ThresholdSpec = ThresholdSpec()
     launch: LaunchSpec = LaunchSpec()
@@ -360,12 +284,9 @@ class Plan(Strict):
         return [list(g) for g in self.comparisons] if self.comparisons else [list(self.arms)]
 
     @model_validator(mode="after")
-    def _probe_loads(self) -> Plan:
-        for name, loads in (("repeat", self.probes.repeat.loads),
-                            ("concurrency", self.probes.concurrency.loads)):
-            if loads is not None and (not loads or max(loads) > self.loads_per_arm):
-                raise ValueError(f"probes.{name}.loads must name drift loads from 1 to "
-                                 f"loads_per_arm ({self.loads_per_arm}), got {loads}")
+    def _probe_settings(self) -> Plan:
+        for settings in self.probes.sections():
+            settings.check(self)
         return self
 
 

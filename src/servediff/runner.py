@@ -27,7 +27,7 @@ from servediff.engines.process import EngineProcess, Launcher, stop_stale
 from servediff.errors import BundleError, EngineError, OutputDirError
 from servediff.evidence import Cell, LoadRecord, Phase, load_name
 from servediff.plan import Plan, lock
-from servediff.probes import BY_NAME, cells_of_load
+from servediff.probes import by_cell, cells_of_load
 from servediff.schedule import CellSpec, schedule
 from servediff.session import ClientFactory, LoadSession, Model, Observer, Room, make_client
 
@@ -207,7 +207,7 @@ def measure_load(room: Room, arm: str, load: int, phase: Phase, todo: list[CellS
         session.start()
         session.check_log()
         for cell in todo:
-            BY_NAME[cell.probe].measure(session, cell)
+            by_cell(cell.probe).measure(session, cell)
             session.check_log()
     except EngineError as exc:
         session.failed(exc)

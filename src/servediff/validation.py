@@ -40,6 +40,7 @@ def keys_at(model: type[BaseModel] | None, loc: Sequence[int | str]) -> list[str
     """The keys the model accepts at `loc` (a table inside it), or [] where it takes any."""
     kind: object = model
     for part in loc:
+        kind = _fields_of(kind)
         if isinstance(kind, type) and issubclass(kind, BaseModel):
             field = kind.model_fields.get(str(part))
             kind = field.annotation if field else None
@@ -51,9 +52,17 @@ def keys_at(model: type[BaseModel] | None, loc: Sequence[int | str]) -> list[str
         args = [a for a in typing.get_args(kind) if a is not type(None)]
         if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(args) == 1:
             kind = args[0]
+    kind = _fields_of(kind)
     if isinstance(kind, type) and issubclass(kind, BaseModel):
         return list(kind.model_fields)
     return []
+
+
+def _fields_of(kind: object) -> object:
+    """A model whose fields are made at run time (plan.ProbesSpec: the registered probes)
+    names the model that holds them."""
+    made = getattr(kind, "fields_model", None)
+    return made() if callable(made) else kind
 
 
 def describe(exc: ValidationError, source: str, prefix: str = "",

@@ -231,6 +231,7 @@ def test_init_writes_a_plan_that_validates_with_its_size_and_estimate(tmp_path: 
     import tomllib
 
     from servediff.plan import load_plan_file
+    from servediff.probes.speed import SpeedSettings
     from servediff.probes import protocol_size
 
     done = servediff("init", engine, "smollm2", "--out", "plans/mine.toml", "--size", "small",
@@ -253,7 +254,8 @@ def test_init_writes_a_plan_that_validates_with_its_size_and_estimate(tmp_path: 
     full = servediff("init", engine, "smollm2", "--out", "full.toml", "--size", "full",
                      cwd=tmp_path)
     assert full.returncode == 0, full.stderr
-    assert load_plan_file(tmp_path / "full.toml")[0].probes.speed.prompt_tokens == [512, 2048]
+    full = load_plan_file(tmp_path / "full.toml")[0]
+    assert full.probes.get(SpeedSettings).prompt_tokens == [512, 2048]
 
 
 def test_init_writes_a_model_path_as_seen_from_the_plan(tmp_path: Path):

@@ -147,10 +147,9 @@ def test_external_plan_is_valid_with_one_load(write):
 
 
 def test_the_sweep_reaches_the_context_and_the_engines_own_prompt_limit():
-    from servediff.plan import SweepProbe
-    from servediff.probes.sweep import points
+    from servediff.probes.sweep import SweepSettings, points
 
-    spec = SweepProbe(start=256, levels=[1, 2])
+    spec = SweepSettings(start=256, levels=[1, 2])
     assert points(spec, 1024) == [(256, 1), (512, 1), (1023, 1), (1280, 1),
                                   (256, 2), (512, 2), (1023, 2)]
     # SGLang accepts at most 1,017 of 1,024: that point too, below the context's own

@@ -19,6 +19,7 @@ from servediff.bundle import read_evidence, verify
 from servediff.corpus import Corpus, Text
 from servediff.plan import Plan
 from servediff.probes import cells_of_load
+from servediff.probes.speed import SpeedSettings
 from servediff.report import markdown, words
 from servediff.runner import Runner, SilentObserver
 from servediff.schedule import schedule
@@ -258,7 +259,7 @@ def test_speed_at_a_level_above_one_keeps_one_sample_per_replicate_with_throughp
                  "prefix": {"enabled": False},
                  "speed": {"prompt_tokens": [8], "max_tokens": 3, "warmup": 1,
                            "replicates": 2, "levels": [3, 1, 3]}})
-    assert p.probes.speed.levels == [1, 3]
+    assert p.probes.get(SpeedSettings).levels == [1, 3]
     root = run(tmp_path, FakeLauncher(), p)
     speed = json.loads((root / "cells" / "a-cost1-speed.json").read_text())["speed"]
     assert [(s["concurrency"], s["warmup"]) for s in speed] == [

@@ -42,6 +42,7 @@ from servediff.analysis.stats import stable
 from servediff.bundle import Evidence, Layout
 from servediff.evidence import Cell, Launch, SweepPoint
 from servediff.plan import QuietSpec
+from servediff.probes.sweep import SweepSettings
 from servediff.schedule import cost_runs
 
 SEED = 20261130
@@ -368,7 +369,7 @@ def cost_gaps(costs: Mapping[str, ArmCosts], comparisons: list[CostComparison],
             short = [p for p in s.points if p.achieved_ok is False]
             if short:
                 out.append(Gap(kind="sweep points short", arm=arm, count=len(short),
-                               of=plan.probes.sweep.tolerance))
+                               of=plan.probes.get(SweepSettings).tolerance))
         for skip in c.speed.skipped if c.speed else []:
             out.append(Gap(kind="speed skipped", arm=arm, length=skip.length,
                            reason=skip.reason))

@@ -38,6 +38,8 @@ from servediff.analysis.findings import (
 )
 from servediff.bundle import Evidence, Layout
 from servediff.evidence import Cell, RequestKind
+from servediff.probes.concurrency import ConcurrencySettings
+from servediff.probes.score import RepeatSettings
 
 
 def scores_of(cell: Cell) -> dict[str, TextScore]:
@@ -259,9 +261,9 @@ def drift_gaps(evidence: Evidence, per_arm: Mapping[str, ArmDrift]) -> list[Gap]
         gaps.append(Gap(kind="external endpoint"))
     elif plan.loads_per_arm < 2:
         gaps.append(Gap(kind="one load"))
-    if plan.probes.repeat.count == 0:
+    if plan.probes.get(RepeatSettings).count == 0:
         gaps.append(Gap(kind="no repeat"))
-    repeat, grid = plan.probes.repeat, plan.probes.concurrency
+    repeat, grid = plan.probes.get(RepeatSettings), plan.probes.get(ConcurrencySettings)
     for name, loads, runs in (("repeat", repeat.loads, bool(repeat.count or repeat.batch_sizes)),
                               ("concurrency", grid.loads, grid.enabled)):
         if runs and loads is not None and set(loads) != set(range(1, plan.loads_per_arm + 1)):
@@ -360,7 +362,7 @@ def setup(evidence: Evidence) -> Setup:
         corpus=CorpusSetup(name=evidence.locked.corpus.name,
                            texts=len(evidence.locked.corpus.texts)),
         prefix=plan.scoring.prefix, loads_per_arm=plan.loads_per_arm,
-        cost_loads_per_arm=plan.cost_loads_per_arm, repeats=plan.probes.repeat.count,
+        cost_loads_per_arm=plan.cost_loads_per_arm, repeats=plan.probes.get(RepeatSettings).count,
         probes=plan.probes,
         context_lengths=sorted({n for _, x in launches if (n := x.context_length())}),
         arms=arms,

@@ -6,40 +6,24 @@ recomputes; it reads parsed evidence only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+from servediff import probes
 from servediff.analysis import cost, drift, generation, stats, verdict
 from servediff.analysis.findings import ArmConditions, ArmCosts, ArmDrift, Summary, Untested
 from servediff.bundle import Evidence
 from servediff.evidence import Cell, Conditions
 from servediff.plan import Plan
-
-# Probes servediff defines; the ones a run did not measure are listed as not tested.
-PROBES = ("concurrency", "generate", "speed", "sweep", "prefix", "capacity")
+from servediff.probes.base import Measured
 
 
-def untested(plan: Plan, arms: Mapping[str, ArmDrift], costs: Mapping[str, ArmCosts]
-             ) -> dict[str, Untested]:
-    """Every probe the run did not measure, with why."""
-    out: dict[str, Untested] = {}
-    probes = plan.probes
-    measured = {
-        "concurrency": any(a.concurrency for a in arms.values()),
-        "generate": any(a.generation for a in arms.values()),
-        "speed": any(c.speed for c in costs.values()),
-        "sweep": any(c.survival for c in costs.values()),
-        "prefix": any(c.prefix for c in costs.values()),
-    }
-    enabled = {"concurrency": probes.concurrency.enabled, "generate": probes.generate.enabled,
-               "speed": probes.speed.enabled, "sweep": probes.sweep.enabled,
-               "prefix": probes.prefix.enabled}
-    for name, on in enabled.items():
-        if not on:
-            out[name] = Untested(reason="disabled")
-        elif name in ("speed", "sweep", "prefix") and plan.base_url:
-            out[name] = Untested(reason="external endpoint")
-        elif not measured[name]:
-            out[name] = Untested(reason="no measurement")
+def untested(plan: Plan, cells: Sequence[Cell], arms: Mapping[str, ArmDrift],
+             costs: Mapping[str, ArmCosts]) -> dict[str, Untested]:
+    """Every registered probe the run did not measure, with why, in the order probes run;
+    then the engine's capacity when it reported none."""
+    found = Measured(cells=cells, arms=arms, costs=costs)
+    out = {probe.section: why for probe in probes.ordered()
+           if (why := probe.untested(plan, found)) is not None}
     if not any(c.capacity.reported for c in costs.values()):
         out["capacity"] = Untested(reason="not reported")
     return out
@@ -98,7 +82,7 @@ def summarize(evidence: Evidence) -> Summary:
                    for c in cost.compare_arms({a: costs[a] for a in group}, group[0], by_arm)]
     shifts = drift.arm_shifts(by_arm, plan.thresholds.moved_abs_nll,
                               {arm: d.signature for arm, d in arms.items()})
-    missing = untested(plan, arms, costs)
+    missing = untested(plan, evidence.cells, arms, costs)
     refused = drift.did_not_start(evidence)
     return Summary(
         plan_sha256=evidence.locked.sha256, engine=plan.engine, model=plan.model,

@@ -39,6 +39,8 @@ from servediff.analysis.findings import (
 from servediff.bundle import Layout
 from servediff.evidence import cell_name
 from servediff.plan import Plan
+from servediff.probes.concurrency import ConcurrencySettings
+from servediff.probes.speed import SpeedSettings
 
 
 def drift_claims(arm: str, drift: ArmDrift) -> list[Claim]:
@@ -156,16 +158,17 @@ def coverage(plan: Plan, costs: Mapping[str, ArmCosts]) -> Coverage:
     """The regime the cost claims cover."""
     speed = [c.speed for c in costs.values() if c.speed]
     sweeps = [c.survival for c in costs.values() if c.survival]
+    grid = plan.probes.get(ConcurrencySettings)
     return Coverage(
         speed_lengths=sorted({e.prompt_tokens for s in speed for e in s.per_length}),
-        speed_max_tokens=plan.probes.speed.max_tokens if speed else None,
+        speed_max_tokens=plan.probes.get(SpeedSettings).max_tokens if speed else None,
         speed_levels=sorted({e.concurrency for s in speed for e in s.per_length}) or [1],
         sweep_top=max((p.length for s in sweeps for p in s.points if not p.beyond_context),
                       default=0) if sweeps else None,
         sweep_levels=sorted({lv for s in sweeps for lv in s.levels}),
         prefix=any(c.prefix for c in costs.values()),
         capacity=any(c.capacity.reported for c in costs.values()),
-        drift_levels=plan.probes.concurrency.levels if plan.probes.concurrency.enabled else [])
+        drift_levels=grid.levels if grid.enabled else [])
 
 
 def refused_claims(base: str, other: str, refused: Mapping[str, DidNotStart]) -> list[Claim]:

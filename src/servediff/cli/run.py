@@ -20,6 +20,7 @@ from servediff.errors import InputError
 from servediff.estimate import describe, estimate
 from servediff.plan import Plan, load_plan_file, resolve_plan
 from servediff.probes import protocol_size
+from servediff.probes.sweep import SweepSettings
 from servediff.report.table import drift_table, run_view
 from servediff.runner import Runner
 
@@ -47,7 +48,7 @@ def announce(plan: Plan, corpus: Corpus, root: Path, base: Path, yes: bool,
     new run from a script unless --yes says it is meant."""
     size = protocol_size(plan, corpus)
     sweep = (f" (the sweep counted up to a context of {size.context:,} tokens; the engine "
-             "reports its own)") if plan.probes.sweep.enabled else ""
+             "reports its own)") if plan.probes.get(SweepSettings).enabled else ""
     err.print(f"protocol: {size.loads} loads, {size.cells} cells, about {size.requests:,} "
               f"requests{sweep}", highlight=False)
     err.print(describe(estimate(plan, size, base)), highlight=False)

@@ -1,32 +1,93 @@
-"""The probes, in the order their cells run within a load, and the registry by cell name.
+"""The probe registry: plan sections to lazy `module:Class` entries, in the order cells run.
 
-Adding a probe is one module with a `Probe` subclass plus its entry in `ORDER`.
-Drift probes, then cost probes; within the cost phase speed runs first, before
-anything long can hurt the engine, and the sweep, which may kill it, last.
+Adding a probe is one module (its settings, cells, measurement, description and,
+where it has one, its own finding and report lines: probes/base.py) plus its
+line here. Drift probes, then cost probes; within the cost phase speed runs
+first, before anything long can hurt the engine, and the sweep, which may kill
+it, last. The plan's `[probes.*]` tables, the schedule, the size estimate, the
+summary's "not tested" list, `servediff init` and the report all read this
+registry.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-from servediff.corpus import Corpus
-from servediff.evidence import Phase
-from servediff.plan import Plan
-from servediff.probes.base import Probe, Work
-from servediff.probes.concurrency import Concurrency
-from servediff.probes.generate import Generate
-from servediff.probes.prefix import Prefix
-from servediff.probes.score import Score
-from servediff.probes.speed import Speed
-from servediff.probes.sweep import Sweep
-from servediff.schedule import CellSpec, schedule
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-ORDER: tuple[Probe, ...] = (Score(), Concurrency(), Generate(), Speed(), Prefix(), Sweep())
-BY_NAME: dict[str, Probe] = {name: probe for probe in ORDER for name in probe.names}
+if TYPE_CHECKING:
+    from servediff.corpus import Corpus
+    from servediff.evidence import Phase
+    from servediff.plan import Plan
+    from servediff.probes.base import Probe
+    from servediff.schedule import CellSpec
+
+# section in the plan -> the probe's class; the order is the order its cells run in a load
+PROBES: dict[str, str] = {
+    "repeat": "servediff.probes.score:Score",
+    "concurrency": "servediff.probes.concurrency:Concurrency",
+    "generate": "servediff.probes.generate:Generate",
+    "speed": "servediff.probes.speed:Speed",
+    "prefix": "servediff.probes.prefix:Prefix",
+    "sweep": "servediff.probes.sweep:Sweep",
+}
+
+
+@cache
+def _load(entry: str) -> Probe[Any]:
+    module, cls = entry.split(":")
+    probe: Probe[Any] = getattr(importlib.import_module(module), cls)()
+    return probe
+
+
+def ordered() -> list[Probe[Any]]:
+    """Every registered probe, in the order its cells run."""
+    return [_load(entry) for entry in PROBES.values()]
+
+
+def by_section(section: str) -> Probe[Any]:
+    """The probe of the plan's `[probes.<section>]` table."""
+    try:
+        return _load(PROBES[section])
+    except KeyError:
+        raise KeyError(f"no registered probe {section!r}; the probes are "
+                       f"{', '.join(PROBES)}") from None
+
+
+def by_cell(probe_name: str) -> Probe[Any]:
+    """The probe that measures cells of this probe name ("batch": the score probe)."""
+    for probe in ordered():
+        if probe_name in probe.names:
+            return probe
+    raise KeyError(f"no registered probe measures {probe_name!r} cells; the probes are "
+                   f"{', '.join(PROBES)}")
+
+
+def sections_model() -> type[BaseModel]:
+    """The plan's `[probes]` table as one model: a field per registered probe."""
+    return _sections_model(tuple(PROBES.items()))
+
+
+@cache
+def _sections_model(entries: tuple[tuple[str, str], ...]) -> type[BaseModel]:
+    fields: dict[str, Any] = {}
+    for section, entry in entries:
+        settings = _load(entry).settings
+        if settings.section != section:
+            raise KeyError(f"probe registry: {entry} is registered as {section!r} but its "
+                           f"settings say {settings.section!r}")
+        fields[section] = (settings, Field(default_factory=settings))
+    model: type[BaseModel] = create_model(
+        "Probes", __config__=ConfigDict(extra="forbid", frozen=True), **fields)
+    return model
 
 
 def cells_of_load(plan: Plan, arm: str, load: int, phase: Phase = "drift") -> list[CellSpec]:
-    return [cell for probe in ORDER if probe.phase == phase
+    return [cell for probe in ordered() if probe.phase == phase
             for cell in probe.cells(plan, arm, load)]
 
 
@@ -51,12 +112,15 @@ CHARS_PER_TOKEN = 4
 
 def protocol_size(plan: Plan, corpus: Corpus, context: int | None = None) -> Size:
     """The whole plan's size; `context` defaults to the plan's max_model_len, else 8,192."""
+    from servediff.probes.base import Work
+    from servediff.schedule import schedule
+
     if context is None:
         given = plan.engine_options.get("max_model_len")
         context = given if isinstance(given, int) else 8192
     loads = schedule(plan)
     cells = [cell for arm, load, phase in loads for cell in cells_of_load(plan, arm, load, phase)]
-    texts = [max(1, len(t.text) // CHARS_PER_TOKEN) for t in corpus.texts]
-    work = sum((BY_NAME[c.probe].work(plan, texts, context, c) for c in cells), Work(0, 0, 0))
+    texts: Sequence[int] = [max(1, len(t.text) // CHARS_PER_TOKEN) for t in corpus.texts]
+    work = sum((by_cell(c.probe).work(plan, texts, context, c) for c in cells), Work(0, 0, 0))
     return Size(loads=len(loads), cells=len(cells), requests=work.requests,
                 prompt_tokens=work.prompt_tokens, new_tokens=work.new_tokens, context=context)

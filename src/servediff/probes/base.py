@@ -1,22 +1,31 @@
-"""What a probe is to the runner: the cells it adds to a load, and how it measures one.
+"""What a probe is: its settings, the cells it adds to a load, how it measures and reads one.
 
-A probe module owns its cells (which ones a load has, in what order), its
-skip rules and how a cell is built from what the engine answered. The runner
-only walks the schedule and hands each cell to the probe registered under
-the cell's probe name (`probes/__init__.py`).
+A probe module owns everything of one probe: its settings model (the plan's
+`[probes.<section>]` table), its cells (which ones a load has, in what
+order), its skip rules, how a cell is built from what the engine answered,
+its one-line description, and, for a probe whose analysis is its own, the
+finding it derives from its cells and how the report says it. The registry
+(`probes/__init__.py`) names the modules; the plan, the schedule, the
+summary, `servediff init` and the report ask it and never list the probes.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from servediff.evidence import Phase, ProbeName
-from servediff.plan import Plan
+from pydantic import BaseModel
+
+from servediff.evidence import Cell, Phase
+from servediff.plan import ProbeSettings
 from servediff.schedule import CellSpec
-from servediff.session import LoadSession
+
+if TYPE_CHECKING:
+    from servediff.analysis.findings import ArmCosts, ArmDrift, Untested
+    from servediff.plan import Plan
+    from servediff.session import LoadSession
 
 
 @dataclass(frozen=True)
@@ -32,15 +41,43 @@ class Work:
                     self.new_tokens + other.new_tokens)
 
 
-class Probe(ABC):
-    # The probe names of the cells it measures (the score probe also measures its repeats
-    # and batch-size passes), and the phase of load it runs in.
-    names: ClassVar[tuple[ProbeName, ...]]
+@dataclass(frozen=True)
+class Measured:
+    """What the analysis found, for a probe to say whether it measured anything."""
+
+    cells: Sequence[Cell]
+    arms: Mapping[str, ArmDrift]
+    costs: Mapping[str, ArmCosts]
+
+
+S = TypeVar("S", bound=ProbeSettings)
+
+
+class Probe(ABC, Generic[S]):
+    # Its settings model (whose `section` names the probe in the plan and the registry),
+    # the probe names of the cells it measures (the score probe also measures its repeats
+    # and batch-size passes), the phase of load it runs in, one line for `servediff init`
+    # and what the report's "not tested" list calls it.
+    settings: ClassVar[type[ProbeSettings]]
+    names: ClassVar[tuple[str, ...]]
     phase: ClassVar[Phase]
+    description: ClassVar[str]
+    title: ClassVar[str]
+
+    @property
+    def section(self) -> str:
+        return self.settings.section
+
+    def spec(self, plan: Plan) -> S:
+        """This probe's settings in `plan`."""
+        return cast(S, plan.probes.get(self.settings))
+
+    def enabled(self, plan: Plan) -> bool:
+        return self.spec(plan).on()
 
     @abstractmethod
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
-        """The cells this probe adds to a load of this phase, in the order they run."""
+        """The cells this probe adds to a load of its phase, in the order they run."""
 
     @abstractmethod
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
@@ -51,3 +88,35 @@ class Probe(ABC):
         """About what `cell` asks of the engine, for a corpus of texts of about these token
         counts and an engine context of `context` tokens (known only once the engine runs:
         an assumption)."""
+
+    # --- analysis and report: for the summary's "not tested" list and a probe's own
+    # finding (the built-in probes' findings are the drift and cost analyses') -----------
+
+    def measured(self, found: Measured) -> bool:
+        """Whether the run measured this probe: by default, a cell of it exists."""
+        return any(c.probe in self.names for c in found.cells)
+
+    def untested(self, plan: Plan, found: Measured) -> Untested | None:
+        """Why the run did not measure this probe (None: it did)."""
+        from servediff.analysis.findings import Untested
+
+        if not self.enabled(plan):
+            return Untested(reason="disabled")
+        if self.phase == "cost" and plan.base_url:
+            return Untested(reason="external endpoint")
+        if not self.measured(found):
+            return Untested(reason="no measurement")
+        return None
+
+    def protocol(self, spec: S) -> str | None:
+        """The report's words for what these settings let the probe see (None: nothing to
+        say)."""
+        return None
+
+    def analyse(self, plan: Plan, cells: Sequence[Cell]) -> BaseModel | None:
+        """This probe's own finding from its cells (None: it has none of its own)."""
+        return None
+
+    def report(self, finding: Mapping[str, Any]) -> list[str]:
+        """The report's lines (markdown) for the finding `analyse` returned, as stored."""
+        return []

@@ -15,13 +15,66 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import Field, field_validator
 
 from servediff.evidence import Group, RequestKind, Response, Skipped
-from servediff.plan import Plan
+from servediff.plan import Plan, ProbeSettings, check_loads, distinct_sorted
 from servediff.probes import requests
-from servediff.probes.base import Probe, Work
+from servediff.probes.base import Measured, Probe, Work
 from servediff.schedule import CellSpec
-from servediff.session import LoadSession
+
+if TYPE_CHECKING:
+    from servediff.session import LoadSession
+
+
+REQUEST_KINDS: list[RequestKind] = ["score", "generate"]
+
+
+class ConcurrencySettings(ProbeSettings):
+    """Identical requests at concurrency 1 (the control) and above, per prompt length.
+
+    Short prompts hide batch-composition drift and one request at a time hides it
+    completely: the defaults are prompts of a few hundred tokens and more, levels
+    from 1 to 8, and 8 identical requests per cell.
+    """
+
+    section = "concurrency"
+
+    enabled: bool = True
+    lengths: list[Annotated[int, Field(ge=2)]] = Field(default_factory=lambda: [256, 768, 1536])
+    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 2, 4, 8])
+    requests: Annotated[int, Field(ge=2, le=256)] = 8
+    max_tokens: Annotated[int, Field(ge=1, le=1024)] = 16
+    # Scoring requests (prompt logprobs) and greedy generations: both, by default.
+    kinds: list[RequestKind] = Field(default_factory=lambda: list(REQUEST_KINDS))
+    # The drift loads that run the grid (default: every one).
+    loads: list[Annotated[int, Field(ge=1)]] | None = None
+
+    @field_validator("kinds")
+    @classmethod
+    def _kinds(cls, kinds: list[RequestKind]) -> list[RequestKind]:
+        if not kinds:
+            raise ValueError("needs at least one of \"score\", \"generate\"")
+        return sorted(set(kinds), key=REQUEST_KINDS.index)
+
+    @field_validator("levels")
+    @classmethod
+    def _control(cls, levels: list[int]) -> list[int]:
+        if 1 not in levels:
+            raise ValueError("must include 1: concurrency 1 is the negative control")
+        if len(levels) < 2:
+            raise ValueError("needs at least one level above 1")
+        return sorted(set(levels))
+
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, lengths: list[int]) -> list[int]:
+        return distinct_sorted(lengths, "needs at least one prompt length")
+
+    def check(self, plan: Plan) -> None:
+        check_loads(plan, self.section, self.loads)
 
 
 def prompt_of_length(stream: list[int], head: list[int], length: int) -> list[int]:
@@ -31,17 +84,27 @@ def prompt_of_length(stream: list[int], head: list[int], length: int) -> list[in
     return head + (stream * reps)[:body]
 
 
-class Concurrency(Probe):
+class Concurrency(Probe[ConcurrencySettings]):
+    settings = ConcurrencySettings
     names = ("concurrency",)
     phase = "drift"
+    description = "identical requests alone and together: batch-composition drift"
+    title = "identical requests at concurrency >= 2 (batch-composition drift)"
+
+    def protocol(self, spec: ConcurrencySettings) -> str | None:
+        return (f"concurrency {spec.kinds} at lengths {spec.lengths} x levels "
+                f"{spec.levels}, {spec.requests} identical requests")
+
+    def measured(self, found: Measured) -> bool:
+        return any(a.concurrency for a in found.arms.values())
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
-        spec = plan.probes.concurrency
+        spec = self.spec(plan)
         return [CellSpec(arm, load, "concurrency", 0)] if spec.enabled and (
             spec.loads is None or load in spec.loads) else []
 
     def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
-        spec = plan.probes.concurrency
+        spec = self.spec(plan)
         per_length = len(spec.levels) * spec.requests
         new = spec.max_tokens if "generate" in spec.kinds else 0
         return Work(requests=len(spec.kinds) * len(spec.lengths) * per_length,
@@ -49,7 +112,7 @@ class Concurrency(Probe):
                     new_tokens=new * len(spec.lengths) * per_length)
 
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
-        spec = session.plan.probes.concurrency
+        spec = self.spec(session.plan)
         adapter, client, options = session.adapter, session.engine, session.options
         head, _ = session.head
         lengths, skipped = session.fits(spec.lengths, spec.max_tokens)

@@ -9,31 +9,57 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import Field
 
 from servediff.evidence import Group
-from servediff.plan import Plan
+from servediff.plan import Plan, ProbeSettings
 from servediff.probes import requests
-from servediff.probes.base import Probe, Work
+from servediff.probes.base import Measured, Probe, Work
 from servediff.schedule import CellSpec
-from servediff.session import LoadSession
+
+if TYPE_CHECKING:
+    from servediff.session import LoadSession
 
 
-class Generate(Probe):
+class GenerateSettings(ProbeSettings):
+    """Greedy continuations of corpus texts, hashed across repeats, loads and arms."""
+
+    section = "generate"
+
+    enabled: bool = True
+    texts: Annotated[int, Field(ge=1)] = 8
+    prompt_tokens: Annotated[int, Field(ge=2)] = 128
+    max_tokens: Annotated[int, Field(ge=1, le=1024)] = 32
+    repeats: Annotated[int, Field(ge=1, le=64)] = 2
+
+
+class Generate(Probe[GenerateSettings]):
+    settings = GenerateSettings
     names = ("generate",)
     phase = "drift"
+    description = "greedy continuations, hashed across repeats, loads and arms"
+    title = "greedy generation hashed across repeats, loads and arms"
+
+    def protocol(self, spec: GenerateSettings) -> str | None:
+        return f"generate {spec.texts} prompts x {spec.repeats} repeats, {spec.max_tokens} tokens"
+
+    def measured(self, found: Measured) -> bool:
+        return any(a.generation for a in found.arms.values())
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
-        return [CellSpec(arm, load, "generate", 0)] if plan.probes.generate.enabled else []
+        return [CellSpec(arm, load, "generate", 0)] if self.spec(plan).enabled else []
 
     def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
-        spec = plan.probes.generate
+        spec = self.spec(plan)
         prompts = [min(n, spec.prompt_tokens) for n in texts[: spec.texts]]
         return Work(requests=len(prompts) * spec.repeats,
                     prompt_tokens=sum(prompts) * spec.repeats,
                     new_tokens=len(prompts) * spec.repeats * spec.max_tokens)
 
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
-        spec = session.plan.probes.generate
+        spec = self.spec(session.plan)
         tags = [t.tag for t in session.room.corpus.texts][: spec.texts]
         prompts = {tag: session.ids[tag][: spec.prompt_tokens] for tag in tags}
         obs = session.room.observer

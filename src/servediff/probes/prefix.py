@@ -11,32 +11,58 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import Field
 
 from servediff.errors import EngineError
 from servediff.evidence import PrefixSample
-from servediff.plan import Plan, PrefixProbe
+from servediff.plan import Plan, ProbeSettings
 from servediff.probes import prompts
-from servediff.probes.base import Probe, Work
+from servediff.probes.base import Measured, Probe, Work
 from servediff.schedule import CellSpec
-from servediff.session import LoadSession
+
+if TYPE_CHECKING:
+    from servediff.session import LoadSession
 
 
-def prefix_size(spec: PrefixProbe, context: int | None) -> int:
+class PrefixSettings(ProbeSettings):
+    """A long shared system prefix, then different questions: is the prefix reused?"""
+
+    section = "prefix"
+
+    enabled: bool = True
+    # 0: half the context length, at most 4096 tokens.
+    prefix_tokens: Annotated[int, Field(ge=0)] = 0
+    question_tokens: Annotated[int, Field(ge=1)] = 32
+    requests: Annotated[int, Field(ge=2, le=64)] = 4
+
+
+def prefix_size(spec: PrefixSettings, context: int | None) -> int:
     """The shared prefix's tokens: as the plan says, else half the context (at most 4,096;
     8,192 assumed where the engine reports none), leaving room for a question."""
     size = spec.prefix_tokens or min(4096, (context or 8192) // 2)
     return min(size, context - spec.question_tokens - 1) if context else size
 
 
-class Prefix(Probe):
+class Prefix(Probe[PrefixSettings]):
+    settings = PrefixSettings
     names = ("prefix",)
     phase = "cost"
+    description = "a shared prefix, then different questions: is it reused?"
+    title = "prefix-cache reuse of a long shared system prompt"
+
+    def protocol(self, spec: PrefixSettings) -> str | None:
+        return f"prefix reuse over {spec.requests} requests"
+
+    def measured(self, found: Measured) -> bool:
+        return any(c.prefix for c in found.costs.values())
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
-        return [CellSpec(arm, load, "prefix", 0, "cost")] if plan.probes.prefix.enabled else []
+        return [CellSpec(arm, load, "prefix", 0, "cost")] if self.spec(plan).enabled else []
 
     def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
-        spec = plan.probes.prefix
+        spec = self.spec(plan)
         size = prefix_size(spec, context)
         # the first request is a warm-up of the prefix; a cache spares the later ones'
         # prefixes, which the estimate does not count on
@@ -45,7 +71,7 @@ class Prefix(Probe):
                     new_tokens=spec.requests + 1)
 
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
-        spec = session.plan.probes.prefix
+        spec = self.spec(session.plan)
         size = prefix_size(spec, session.context_length)
         source = prompts.Prompts(session.stream)
         shared = source.unique(size, prompts.PREFIX)

@@ -14,15 +14,38 @@ import math
 import random
 import time
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import Field
 
 from servediff import atomic
 from servediff.engines.base import Scored
 from servediff.errors import EngineError
 from servediff.evidence import Record
-from servediff.plan import Plan
-from servediff.probes.base import Probe, Work
+from servediff.plan import Plan, ProbeSettings, check_loads
+from servediff.probes.base import Measured, Probe, Work
 from servediff.schedule import CellSpec
-from servediff.session import LoadSession
+
+if TYPE_CHECKING:
+    from servediff.analysis.findings import Untested
+    from servediff.session import LoadSession
+
+
+class RepeatSettings(ProbeSettings):
+    section = "repeat"
+
+    count: Annotated[int, Field(ge=0, le=100)] = 1
+    shuffle: bool = True
+    # Extra passes in the same load at these scoring batch sizes (texts per request,
+    # padded into one batch by engines that batch): batch size vs the arm's own,
+    # with the plain repeats as the control.
+    batch_sizes: list[Annotated[int, Field(ge=1, le=256)]] = Field(default_factory=list)
+    # The drift loads that run the repeats and batch passes (default: every one). Within-load
+    # drift is a property of a load: one load per arm shows it, every load confirms it.
+    loads: list[Annotated[int, Field(ge=1)]] | None = None
+
+    def check(self, plan: Plan) -> None:
+        check_loads(plan, self.section, self.loads)
 
 
 def nll(logprobs: list[float]) -> float:
@@ -53,12 +76,19 @@ def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
         yield items[i:i + size]
 
 
-class Score(Probe):
+class Score(Probe[RepeatSettings]):
+    settings = RepeatSettings
     names = ("score", "repeat", "batch")
     phase = "drift"
+    description = "the texts scored again in the same load (in a new order): within-load drift"
+    title = "teacher-forced scores, and the same texts again within the load"
+
+    def untested(self, plan: Plan, found: Measured) -> Untested | None:
+        # every run scores; repeats left out show as "0 repeat(s)" in the protocol
+        return None
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
-        repeat = plan.probes.repeat
+        repeat = self.spec(plan)
         if repeat.loads is not None and load not in repeat.loads:
             return [CellSpec(arm, load, "score", 0)]
         return [CellSpec(arm, load, "score", 0),
@@ -69,10 +99,9 @@ class Score(Probe):
         requests = -(-len(texts) // cell.repeat) if cell.probe == "batch" else len(texts)
         return Work(requests=requests, prompt_tokens=sum(texts), new_tokens=0)
 
-    @staticmethod
-    def order(session: LoadSession, cell: CellSpec) -> list[str]:
+    def order(self, session: LoadSession, cell: CellSpec) -> list[str]:
         tags = [t.tag for t in session.room.corpus.texts]
-        if cell.probe == "repeat" and session.plan.probes.repeat.shuffle:
+        if cell.probe == "repeat" and self.spec(session.plan).shuffle:
             random.Random(f"{cell.arm}/{cell.load}/{cell.repeat}").shuffle(tags)
         return tags
 

@@ -18,16 +18,48 @@ import statistics
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field, field_validator
 
 from servediff.engines.base import Generated
 from servediff.errors import EngineError
 from servediff.evidence import SpeedSample
-from servediff.plan import Plan
+from servediff.plan import Plan, ProbeSettings, distinct_sorted
 from servediff.probes import prompts
-from servediff.probes.base import Probe, Work
+from servediff.probes.base import Measured, Probe, Work
 from servediff.schedule import CellSpec
-from servediff.session import LoadSession
+
+if TYPE_CHECKING:
+    from servediff.session import LoadSession
+
+
+class SpeedSettings(ProbeSettings):
+    """Decode tok/s, TTFT and prefill tok/s, replicated in every cost load.
+
+    TTFT is the latency of a request for one token (prefill plus the first token);
+    decode tok/s is (max_tokens - 1) / (latency of max_tokens - TTFT). Every
+    request gets its own prompt, so no prefix cache can serve it.
+    """
+
+    section = "speed"
+
+    enabled: bool = True
+    prompt_tokens: list[Annotated[int, Field(ge=2)]] = Field(
+        default_factory=lambda: [512, 2048])
+    max_tokens: Annotated[int, Field(ge=2, le=4096)] = 64
+    # Discarded replicates at the start of every cost load.
+    warmup: Annotated[int, Field(ge=0, le=20)] = 1
+    # Kept replicates per cost load; with two cost loads per arm, 3 x 2 = 6 per arm.
+    replicates: Annotated[int, Field(ge=1, le=50)] = 3
+    # Requests in flight: 1 is the single-stream baseline; above it, that many requests
+    # of each kind go at once (a flag can be free alone and cost under load).
+    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 4])
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, levels: list[int]) -> list[int]:
+        return distinct_sorted(levels, "needs at least one level (1: one request at a time)")
 
 
 def _timed(session: LoadSession, ids: list[int], max_tokens: int) -> tuple[Generated, float]:
@@ -36,15 +68,28 @@ def _timed(session: LoadSession, ids: list[int], max_tokens: int) -> tuple[Gener
     return out, time.monotonic() - t0
 
 
-class Speed(Probe):
+class Speed(Probe[SpeedSettings]):
+    settings = SpeedSettings
     names = ("speed",)
     phase = "cost"
+    description = "TTFT, prefill and decode tok/s, in every cost load"
+    title = "decode tok/s, TTFT, prefill tok/s with noise bands"
+
+    def protocol(self, spec: SpeedSettings) -> str | None:
+        from servediff.report.words import levels_text
+
+        return (f"speed at {spec.prompt_tokens} prompt tokens, {spec.max_tokens} output tokens, "
+                f"{levels_text(spec.levels)}, {spec.warmup} warm-up + {spec.replicates} "
+                "replicates per cost load")
+
+    def measured(self, found: Measured) -> bool:
+        return any(c.speed for c in found.costs.values())
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
-        return [CellSpec(arm, load, "speed", 0, "cost")] if plan.probes.speed.enabled else []
+        return [CellSpec(arm, load, "speed", 0, "cost")] if self.spec(plan).enabled else []
 
     def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
-        spec = plan.probes.speed
+        spec = self.spec(plan)
         # per length and replicate, `level` requests for one token and `level` for max_tokens
         sent = (spec.warmup + spec.replicates) * sum(spec.levels)
         return Work(requests=2 * sent * len(spec.prompt_tokens),
@@ -52,7 +97,7 @@ class Speed(Probe):
                     new_tokens=sent * len(spec.prompt_tokens) * (spec.max_tokens + 1))
 
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
-        spec = session.plan.probes.speed
+        spec = self.spec(session.plan)
         source = prompts.Prompts(session.stream)
         lengths, skipped = session.fits(spec.prompt_tokens, spec.max_tokens)
         obs = session.room.observer

@@ -27,7 +27,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field, field_validator
 
 from servediff import atomic
 from servediff.bundle import read_record
@@ -36,17 +38,51 @@ from servediff.engines.process import tail
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineError, EngineRequestError
 from servediff.evidence import Cell, Skipped, SweepPoint
-from servediff.plan import Plan, SweepProbe
+from servediff.plan import Plan, ProbeSettings
 from servediff.probes import prompts
-from servediff.probes.base import Probe, Work
+from servediff.probes.base import Measured, Probe, Work
 from servediff.schedule import CellSpec
-from servediff.session import LoadSession
+
+if TYPE_CHECKING:
+    from servediff.session import LoadSession
+
+
+class SweepSettings(ProbeSettings):
+    """Prompt lengths up to the context length and past it; survival per length.
+
+    `lengths` empty: doubling from `start` to the context length the engine
+    reports, the context length itself, and one length past it (whose error
+    response is part of the map). Each level above 1 sends that many prompts of
+    the length at once (several in one prefill).
+    """
+
+    section = "sweep"
+
+    enabled: bool = True
+    lengths: list[Annotated[int, Field(ge=2)]] = Field(default_factory=list)
+    start: Annotated[int, Field(ge=2)] = 512
+    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 4])
+    # Past this, a request's engine is watched: no work for a stall window is a hang,
+    # an answer later than this is "slow" (it survived).
+    request_timeout_s: Annotated[float, Field(gt=0)] = 120.0
+    # A busy engine that has not answered by then is given up on ("timeout").
+    # None: 10 x request_timeout_s.
+    give_up_s: Annotated[float, Field(gt=0)] | None = None
+    # Achieved prompt tokens must be within this fraction of the nominal count.
+    tolerance: Annotated[float, Field(ge=0, le=0.5)] = 0.02
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, levels: list[int]) -> list[int]:
+        if 1 not in levels:
+            raise ValueError("must include 1: a single prompt of each length")
+        return sorted(set(levels))
 
 # Prompt numbers per point: room for every level a plan allows.
 PER_POINT = 64
 
 
-def points(spec: SweepProbe, context: int | None, limit: int | None = None
+def points(spec: SweepSettings, context: int | None, limit: int | None = None
            ) -> list[tuple[int, int]]:
     """(length, level) in the order they are sent: single prompts first, short to long.
     `limit`: the longest prompt the engine says it accepts, when that is below the context
@@ -78,7 +114,7 @@ class Liveness:
 
 
 def send(adapter: EngineAdapter, client: EngineClient, options: EngineOptions,
-         batch: list[list[int]], spec: SweepProbe, live: Liveness, launch: int,
+         batch: list[list[int]], spec: SweepSettings, live: Liveness, launch: int,
          watched: bool = True) -> SweepPoint:
     """Send the point's prompts at once (one per level) and classify what happened."""
     length, level = len(batch[0]), len(batch)
@@ -121,14 +157,25 @@ def send(adapter: EngineAdapter, client: EngineClient, options: EngineOptions,
     return SweepPoint(**base, outcome="error", http_status=first.status, error=str(first))
 
 
-class Sweep(Probe):
+class Sweep(Probe[SweepSettings]):
+    settings = SweepSettings
     names = ("sweep",)
     phase = "cost"
+    description = "prompts up to the context and past it, alone and together: survival"
+    title = "prompt lengths up to the context length, survival per length"
+
+    def protocol(self, spec: SweepSettings) -> str | None:
+        return (f"sweep from {spec.start} tokens to the context and past it at levels "
+                f"{spec.levels}" if not spec.lengths else
+                f"sweep at {spec.lengths} x levels {spec.levels}")
+
+    def measured(self, found: Measured) -> bool:
+        return any(c.survival for c in found.costs.values())
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         # Once per arm, last in its cost load: it may kill the engine.
         return [CellSpec(arm, load, "sweep", 0, "cost")] \
-            if plan.probes.sweep.enabled and load == 1 else []
+            if self.spec(plan).enabled and load == 1 else []
 
     @staticmethod
     def progress(session: LoadSession, cell: CellSpec) -> Cell | None:
@@ -137,13 +184,13 @@ class Sweep(Probe):
         return read_record(path, Cell) if path.exists() else None
 
     def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
-        sent = points(plan.probes.sweep, context)
+        sent = points(self.spec(plan), context)
         return Work(requests=sum(level for _, level in sent),
                     prompt_tokens=sum(length * level for length, level in sent),
                     new_tokens=sum(level for _, level in sent))
 
     def measure(self, session: LoadSession, cell: CellSpec) -> None:
-        spec = session.plan.probes.sweep
+        spec = self.spec(session.plan)
         layout, obs, proc = session.room.layout, session.room.observer, session.proc
         out = self.progress(session, cell)
         if out is None:

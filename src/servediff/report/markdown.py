@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from servediff import probes as registry
 from servediff.analysis.findings import (
     ArmDrift,
     Comparison,
@@ -240,30 +241,15 @@ def serving_lines(s: Setup) -> list[str]:
 
 
 def protocol(setup: Setup) -> str:
-    """The probes that ran, with the settings that bound what they could see."""
+    """The probes that ran, with the settings that bound what they could see: each
+    probe's own words (probes/base.py), drift probes first, then the cost loads'."""
     probes = setup.probes
     parts = [f"{setup.loads_per_arm} drift load(s) per arm, {setup.repeats} repeat(s)"]
-    conc = probes.concurrency
-    if conc.enabled:
-        parts.append(f"concurrency {conc.kinds} at lengths {conc.lengths} x levels "
-                     f"{conc.levels}, {conc.requests} identical requests")
-    gen = probes.generate
-    if gen.enabled:
-        parts.append(f"generate {gen.texts} prompts x {gen.repeats} repeats, "
-                     f"{gen.max_tokens} tokens")
-    if probes.cost_probes():
-        parts.append(f"{setup.cost_loads_per_arm} cost load(s) per arm")
-    speed = probes.speed
-    if speed.enabled:
-        parts.append(f"speed at {speed.prompt_tokens} prompt tokens, {speed.max_tokens} "
-                     f"output tokens, {words.levels_text(speed.levels)}, {speed.warmup} warm-up "
-                     f"+ {speed.replicates} replicates per cost load")
-    sweep = probes.sweep
-    if sweep.enabled:
-        parts.append(f"sweep from {sweep.start} tokens to the context and past it at "
-                     f"levels {sweep.levels}" if not sweep.lengths else
-                     f"sweep at {sweep.lengths} x levels {sweep.levels}")
-    prefix = probes.prefix
-    if prefix.enabled:
-        parts.append(f"prefix reuse over {prefix.requests} requests")
+    for phase in ("drift", "cost"):
+        if phase == "cost" and probes.cost_probes():
+            parts.append(f"{setup.cost_loads_per_arm} cost load(s) per arm")
+        for probe in registry.ordered():
+            spec = probes.get(probe.settings)
+            if probe.phase == phase and spec.on() and (text := probe.protocol(spec)):
+                parts.append(text)
     return "; ".join(parts)

@@ -7,6 +7,7 @@ the same thing.
 
 from __future__ import annotations
 
+from servediff import probes
 from servediff.analysis.findings import (
     ArmDrift,
     CapacityClaim,
@@ -61,14 +62,8 @@ SHIFTS: dict[ShiftKind, str] = {
     "arms differ and an arm drifts": "arms differ, and at least one arm also drifts by itself",
 }
 
-PROBES = {
-    "concurrency": "identical requests at concurrency >= 2 (batch-composition drift)",
-    "generate": "greedy generation hashed across repeats, loads and arms",
-    "speed": "decode tok/s, TTFT, prefill tok/s with noise bands",
-    "sweep": "prompt lengths up to the context length, survival per length",
-    "prefix": "prefix-cache reuse of a long shared system prompt",
-    "capacity": "KV pool size and max concurrency",
-}
+# What the "not tested" list calls what is not a probe of its own (probes: their title)
+NOT_PROBES = {"capacity": "KV pool size and max concurrency"}
 UNTESTED = {"disabled": "disabled in the plan",
             "external endpoint": "not run against an external endpoint",
             "no measurement": "no measurement completed",
@@ -389,7 +384,8 @@ def fix_text(pair: Pair) -> str | None:
 
 
 def untested_text(name: str, why: Untested) -> str:
-    return f"{PROBES[name]}: {UNTESTED[why.reason]}"
+    title = NOT_PROBES.get(name) or probes.by_section(name).title
+    return f"{title}: {UNTESTED[why.reason]}"
 
 
 SOME_LOADS = {"repeat": "within-load repeats", "concurrency": "the concurrency grid"}
