@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 SCHEMA_VERSION = 1
 
@@ -239,6 +239,9 @@ class Cell(Model):
     sweep_plan: list[tuple[int, int]] = Field(default_factory=list)
     context_length: int | None = None
     prefix: list[PrefixSample] = Field(default_factory=list)
+    # a probe's own rows, for a probe whose results have no field above (its module reads
+    # them back: probes/base.py)
+    data: list[dict[str, JsonValue]] = Field(default_factory=list)
 
     @property
     def name(self) -> str:

@@ -115,10 +115,10 @@ class ProbesSpec(BaseModel):
         return sections_model()
 
     def get(self, kind: type[S]) -> S:
-        """The settings of the probe whose settings model is `kind`."""
-        value = getattr(self, kind.section)
-        assert isinstance(value, kind), f"probes.{kind.section} is not {kind.__name__}"
-        return value
+        """The settings of the probe whose settings model is `kind`: its defaults in a plan
+        validated before that probe was registered."""
+        value = (self.model_extra or {}).get(kind.section)
+        return value if isinstance(value, kind) else kind()
 
     def sections(self) -> list[ProbeSettings]:
         """Every probe's settings, in the registry's order."""

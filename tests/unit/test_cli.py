@@ -231,8 +231,8 @@ def test_init_writes_a_plan_that_validates_with_its_size_and_estimate(tmp_path: 
     import tomllib
 
     from servediff.plan import load_plan_file
-    from servediff.probes.speed import SpeedSettings
     from servediff.probes import protocol_size
+    from servediff.probes.speed import SpeedSettings
 
     done = servediff("init", engine, "smollm2", "--out", "plans/mine.toml", "--size", "small",
                      cwd=tmp_path)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
 from servediff.plan import ProbesSpec
 
-SUMMARY_SCHEMA_VERSION = 5
+SUMMARY_SCHEMA_VERSION = 6
 
 Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
 Band = list[float]
@@ -790,4 +790,7 @@ class Summary(Finding):
     comparisons: list[CostComparison]
     conditions: dict[str, ArmConditions] = Field(default_factory=dict)
     untested: dict[str, Untested]
+    # the findings of probes whose analysis is their own (probes/base.py: `analyse`), by
+    # the probe's section, as the probe's model dumps them; schema 6
+    probe_findings: dict[str, dict[str, JsonValue]] = Field(default_factory=dict)
     verdict: Verdict

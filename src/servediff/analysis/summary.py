@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from pydantic import JsonValue
+
 from servediff import probes
 from servediff.analysis import cost, drift, generation, stats, verdict
 from servediff.analysis.findings import ArmConditions, ArmCosts, ArmDrift, Summary, Untested
@@ -26,6 +28,16 @@ def untested(plan: Plan, cells: Sequence[Cell], arms: Mapping[str, ArmDrift],
            if (why := probe.untested(plan, found)) is not None}
     if not any(c.capacity.reported for c in costs.values()):
         out["capacity"] = Untested(reason="not reported")
+    return out
+
+
+def probe_findings(plan: Plan, cells: Sequence[Cell]) -> dict[str, dict[str, JsonValue]]:
+    """What each probe with an analysis of its own derives from its cells."""
+    out = {}
+    for probe in probes.ordered():
+        mine = [c for c in cells if c.probe in probe.names]
+        if mine and (finding := probe.analyse(plan, mine)) is not None:
+            out[probe.section] = finding.model_dump(mode="json")
     return out
 
 
@@ -98,6 +110,6 @@ def summarize(evidence: Evidence) -> Summary:
         detectable_rate=stats.detectable_rate(len(evidence.locked.corpus.texts)),
         gaps=[*drift.drift_gaps(evidence, arms), *cost.cost_gaps(costs, comparisons, evidence)],
         costs=costs, comparisons=comparisons, conditions=conditions(evidence, by_arm),
-        untested=missing,
+        untested=missing, probe_findings=probe_findings(plan, evidence.cells),
         verdict=verdict.verdict(plan, evidence.arms, arms, costs, comparisons, missing,
                                 {r.arm: r for r in refused}))

@@ -180,6 +180,7 @@ def render(summary: Summary, run_name: str, bundle_sha256: str | None = None) ->
         lines += [f"{len(summary.partial_cells)} cell(s) were cut short by an engine death; "
                   "their rows are kept under `partial/` and not compared.", ""]
     lines += cost_lines(summary)
+    lines += probe_lines(summary)
     lines += what_fixed_it(summary)
     lines += serving_lines(s)
     lines += ["## Not tested", "",
@@ -202,6 +203,15 @@ def render(summary: Summary, run_name: str, bundle_sha256: str | None = None) ->
         "",
     ]
     return "\n".join(lines)
+
+
+def probe_lines(summary: Summary) -> list[str]:
+    """A section for each probe whose finding is its own, in its own words."""
+    lines = []
+    for section, finding in summary.probe_findings.items():
+        probe = registry.by_section(section)
+        lines += [f"## {probe.title[:1].upper()}{probe.title[1:]}", "", *probe.report(finding), ""]
+    return lines
 
 
 def serving_lines(s: Setup) -> list[str]:

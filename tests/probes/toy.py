@@ -1,0 +1,99 @@
+"""A toy probe added the way any probe is: this one file plus its registry line.
+
+`Tokenize` asks the engine to tokenize the same text `requests` times per
+load and keeps each answer's hash and latency as the cell's own rows; its
+finding is, per arm, how many distinct tokenizations came back. It has its
+settings, description, cells, measurement, analysis and report lines here and
+nowhere else. tests/integration/test_toy_probe.py registers it and runs a
+plan with it on a real engine process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import BaseModel, Field
+
+from servediff.errors import EngineError
+from servediff.evidence import Cell
+from servediff.plan import Plan, ProbeSettings
+from servediff.probes.base import Probe, Work
+from servediff.schedule import CellSpec
+
+if TYPE_CHECKING:
+    from servediff.session import LoadSession
+
+ENTRY = "tests.probes.toy:Tokenize"
+TEXT = "The toy probe tokenizes this sentence again and again."
+
+
+class TokenizeSettings(ProbeSettings):
+    """The same text tokenized `requests` times in every drift load."""
+
+    section = "tokenize"
+
+    enabled: bool = False
+    requests: Annotated[int, Field(ge=1, le=100)] = 3
+
+
+class ArmTokenize(BaseModel):
+    requests: int
+    errors: int
+    distinct: int
+
+
+class TokenizeFinding(BaseModel):
+    arms: dict[str, ArmTokenize]
+
+
+class Tokenize(Probe[TokenizeSettings]):
+    settings = TokenizeSettings
+    names = ("tokenize",)
+    phase = "drift"
+    description = "one text tokenized again and again: does the engine's tokenizer answer alike?"
+    title = "tokenizer answers to one text, repeated"
+
+    def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
+        return [CellSpec(arm, load, "tokenize", 0)] if self.enabled(plan) else []
+
+    def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
+        spec = self.spec(plan)
+        return Work(requests=spec.requests, prompt_tokens=0, new_tokens=0)
+
+    def protocol(self, spec: TokenizeSettings) -> str | None:
+        return f"tokenize one text {spec.requests} times per drift load"
+
+    def measure(self, session: LoadSession, cell: CellSpec) -> None:
+        spec = self.spec(session.plan)
+        session.room.observer.cell_starting(cell.name, spec.requests)
+        out = session.cell(cell)
+        for index in range(spec.requests):
+            t0 = time.monotonic()
+            try:
+                ids = session.adapter.tokenize(session.engine, TEXT, session.options)
+            except EngineError as exc:
+                out.data.append({"index": index, "error": str(exc)})
+                continue
+            out.data.append({"index": index, "seconds": round(time.monotonic() - t0, 6),
+                             "hash": hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]})
+            session.room.observer.cell_advanced(index + 1)
+        session.finish(out)
+
+    def analyse(self, plan: Plan, cells: Sequence[Cell]) -> TokenizeFinding | None:
+        arms: dict[str, ArmTokenize] = {}
+        for arm in plan.arms:
+            rows = [row for c in cells if c.arm == arm for row in c.data]
+            if rows:
+                arms[arm] = ArmTokenize(
+                    requests=len(rows), errors=sum("error" in r for r in rows),
+                    distinct=len({r["hash"] for r in rows if "hash" in r}))
+        return TokenizeFinding(arms=arms) if arms else None
+
+    def report(self, finding: Mapping[str, Any]) -> list[str]:
+        found = TokenizeFinding.model_validate(finding)
+        return [f"- `{arm}`: {a.distinct} distinct tokenization(s) over {a.requests} "
+                f"request(s), {a.errors} error(s)" for arm, a in found.arms.items()]
