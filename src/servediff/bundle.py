@@ -135,11 +135,12 @@ def exclusive(root: Path) -> Iterator[None]:
 
 
 def write_lock(root: Path, locked: LockedPlan) -> None:
-    """Write the lock, or check that the one already there is the same plan."""
+    """Write the lock, or check that the one already there is the same plan. The lock
+    already there is kept as it is: the run keeps its identity (sha256) across upgrades."""
     path = Layout(root).lock
     if path.exists():
         existing = read_lock(root)
-        if existing.sha256 != locked.sha256:
+        if not existing.same_run(locked):
             raise PlanMismatchError(
                 f"{path}: this run directory is locked under another plan "
                 f"(sha256 {existing.sha256[:12]} vs {locked.sha256[:12]}); "

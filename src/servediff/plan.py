@@ -302,6 +302,14 @@ class LockedPlan(BaseModel):
     def canonical(self) -> dict[str, Any]:
         return _canonical(self.plan, self.corpus)
 
+    def same_run(self, other: LockedPlan) -> bool:
+        """Whether `other` is this locked run's plan. The plans are compared as today's
+        servediff reads them, not by hash: a setting added since this lock was written,
+        left at its default, is the behaviour the run had, so an interrupted run resumes
+        under an upgrade; any real difference (a value, an arm, their order, the texts)
+        is another run."""
+        return self.sha256 == other.sha256 or self.canonical() == other.canonical()
+
 
 def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
     # JSON objects are unordered once sorted; the arm order (A before B) is kept apart.
