@@ -25,9 +25,10 @@ from servediff.engines import registry
 from servediff.engines.base import EngineAdapter
 from servediff.engines.process import EngineProcess, Launcher, stop_stale
 from servediff.errors import BundleError, EngineError, OutputDirError
-from servediff.evidence import Cell, LoadRecord, Phase, load_name
+from servediff.evidence import LoadRecord, Phase
 from servediff.plan import Plan, lock
-from servediff.probes import by_cell, cells_of_load
+from servediff.policy import LoadPolicy
+from servediff.probes import by_cell
 from servediff.schedule import CellSpec, schedule
 from servediff.session import ClientFactory, LoadSession, Model, Observer, Room, make_client
 
@@ -64,6 +65,7 @@ class Runner:
                          layout=Layout(root), observer=observer, launcher=launcher,
                          clients=clients)
         self.base_dir = base_dir
+        self.policy = LoadPolicy(plan, self.room.layout, observer)
 
     @property
     def layout(self) -> Layout:
@@ -96,9 +98,10 @@ class Runner:
                 room.write_load(record)
         write_manifest(self.layout.root)
 
-    def one_room(self) -> None:
+    def check_room(self) -> None:
         """Every comparison is measured in one room: a run started on another machine (or
-        another GPU model) is not continued here unless the plan says cross_machine."""
+        another GPU model) is not continued here unless the plan says cross_machine. (A
+        Ray run's rooms are its comparisons' nodes, named in every launch.)"""
         here = (socket.gethostname(), tuple(gpu_models()))
         seen = {(x.machine, tuple(x.gpu_models))
                 for path in sorted((self.layout.root / "loads").glob("*.json"))
@@ -115,83 +118,33 @@ class Runner:
         room = self.room
         self.reap()
         write_lock(self.layout.root, lock(room.plan, room.corpus))
-        self.one_room()
-        pending = [(arm, load, phase, todo) for arm, load, phase in schedule(room.plan)
-                   if (todo := self.missing(cells_of_load(room.plan, arm, load, phase)))]
+        write_manifest(self.layout.root)
+        self.check_room()
+        policy = self.policy
+        pending = [(arm, load, phase) for arm, load, phase in schedule(room.plan)
+                   if policy.todo(arm, load, phase)]
         if not pending:
             room.observer.note("every cell of this plan is already measured; nothing to run")
             return
-        room.observer.run_starting(len(pending), sum(len(todo) for *_, todo in pending))
-        model = resolve_model(room.plan, room.adapter, self.base_dir, room.observer.note)
-        # Each arm's drift answer is shown as soon as its drift loads are done, and the
-        # whole drift answer before the cost loads: the cost loads take longer.
-        announced = self.drift_done()
-        drift_open = pending[0][2] == "drift"
-        refused = self.refused()
-        for arm, load, phase, todo in pending:
-            if arm in refused:
-                # its configuration does not exist on this stack: no other load of it starts
-                room.observer.note(f"{load_name(arm, load, phase)} not started: `{arm}` "
-                                   f"did not start ({refused[arm]})")
+        room.observer.run_starting(len(pending),
+                                   sum(len(policy.todo(*x)) for x in pending))
+        policy.begin(pending[0][2])
+        self.measure(pending)
+
+    def measure(self, pending: list[tuple[str, int, Phase]]) -> None:
+        """Run the pending loads here, one after another, in the schedule's order."""
+        policy = self.policy
+        model = resolve_model(self.room.plan, self.room.adapter, self.base_dir,
+                              self.room.observer.note)
+        for arm, load, phase in pending:
+            if not policy.may_start(arm, load, phase):
                 continue
-            if drift_open and phase == "cost":
-                if announced != set(room.plan.arms):  # some arm's drift loads failed
-                    self.announce(self.drift_done())
-                drift_open = False
-            # A load whose engine failed or died is started again (a new launch of the
-            # same load) for the cells it left. A launch that measured something (a
-            # sweep point that killed the engine is a measurement) does not count
-            # against max_attempts; max_attempts launches in a row without progress end it.
-            barren = 0
-            while todo and barren < room.plan.launch.max_attempts:
-                before = self.progress(todo)
-                self.run_load(arm, load, phase, todo, model)
-                barren = 0 if self.progress(todo) > before else barren + 1
-                todo = self.missing(todo)
-            if todo and (message := self.refusal(arm, load, phase)):
-                refused[arm] = message
-            if phase == "drift" and (done := self.drift_done()) - announced:
-                self.announce(done)
-                announced = done
-
-    def refusal(self, arm: str, load: int, phase: Phase) -> str | None:
-        """The engine's message when it refused every launch of this load."""
-        path = self.layout.load(load_name(arm, load, phase))
-        if not path.exists():
-            return None
-        return read_record(path, LoadRecord).did_not_start(self.room.plan.launch.max_attempts)
-
-    def refused(self) -> dict[str, str]:
-        """The arms that did not start (refusal above), with the engine's message."""
-        out: dict[str, str] = {}
-        for path in sorted((self.layout.root / "loads").glob("*.json")):
-            record = read_record(path, LoadRecord)
-            message = record.did_not_start(self.room.plan.launch.max_attempts)
-            if record.arm not in out and message:
-                out[record.arm] = message
-        return out
-
-    def drift_done(self) -> set[str]:
-        """The arms whose drift cells are all measured."""
-        plan = self.room.plan
-        return {arm for arm in plan.arms
-                if not any(self.missing(cells_of_load(plan, arm, load))
-                           for load in range(1, plan.loads_per_arm + 1))}
-
-    def announce(self, done: set[str]) -> None:
-        arms = list(self.room.plan.arms)
-        self.room.observer.drift_finished([a for a in arms if a in done],
-                                          [a for a in arms if a not in done])
-
-    def missing(self, cells: list[CellSpec]) -> list[CellSpec]:
-        return [c for c in cells if not self.layout.cell(c.name).exists()]
-
-    def progress(self, cells: list[CellSpec]) -> int:
-        """Finished cells and recorded sweep points among `cells`."""
-        done = sum(self.layout.cell(c.name).exists() for c in cells)
-        kept = [read_record(path, Cell) for c in cells
-                if (path := self.layout.progress(c.name)).exists()]
-        return done + sum(len(k.sweep) for k in kept)
+            todo, barren = policy.todo(arm, load, phase), 0
+            while policy.again(todo, barren):
+                before = policy.progress(todo)
+                self.run_load(arm, load, phase, policy.missing(todo), model)
+                barren = policy.barren(before, todo, barren)
+            policy.finished(arm, load, phase)
 
     def run_load(self, arm: str, load: int, phase: Phase, todo: list[CellSpec],
                  model: Model) -> None:

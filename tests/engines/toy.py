@@ -42,7 +42,13 @@ def main() -> None:
     parser.add_argument("--model")
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
-    args = parser.parse_args()
+    # exit at start with this message, as an engine that refuses a flag does
+    parser.add_argument("--refuse")
+    # an engine adapter's own flags (the embedded engine's, when a plan launches this
+    # server in its place) are taken and ignored
+    args, _ = parser.parse_known_args()
+    if args.refuse:
+        sys.exit(f"ValueError: {args.refuse}")
     engine = FakeEngine()
 
     class Handler(BaseHTTPRequestHandler):

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -18,9 +19,13 @@ from typing import Any
 
 import psutil
 import pytest
+import ray
 from ray.cluster_utils import Cluster
 
-from servediff.evidence import load_name
+from servediff.evidence import Phase, load_name
+from servediff.plan import resolve_plan
+from servediff.runner import SilentObserver
+from servediff.scale.ray_run import RayRunner
 from tests.fixtures.bundles import overlapping
 from tests.integration.engines import (
     DRIFT_ONLY,
@@ -33,6 +38,7 @@ from tests.integration.engines import (
 )
 
 pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
 
 # One drift load per arm: these tests check where loads run and how a lost worker, a lost
 # node or Ctrl-C is recovered (across-load drift is checked by the serial runs of the
@@ -272,3 +278,59 @@ def test_a_cost_load_runs_with_nothing_beside_it_on_its_node(tmp_path: Path):
     assert all(summary(run)["costs"][arm]["speed"] for arm in ("sdpa", "eager", "fp32", "bf16"))
     assert_all_stopped(run)
     assert engines_alive() == []
+
+
+class Recorder(SilentObserver):
+    """The loads started and the drift answers shown, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def load_starting(self, arm: str, load: int, attempt: int, phase: Phase) -> None:
+        self.events.append(("start", arm, load, phase))
+
+    def drift_finished(self, done: list[str], pending: list[str]) -> None:
+        self.events.append(("drift", tuple(done), tuple(pending)))
+
+
+def test_the_ray_runner_announces_failed_drift_loads_before_its_cost_loads(
+        tmp_path: Path, cluster: Cluster):
+    """The local and the Ray runner share one load policy (policy.py): an arm whose drift
+    loads failed (here its engine refused to start) is named as pending before the cost
+    loads begin, and its own cost load does not start. The engine is the toy server
+    (tests/engines/toy.py) launched in the embedded engine's place: a real process on the
+    cluster's nodes that starts in about a second."""
+    model = tmp_path / "toy-model"
+    model.mkdir()
+    (model / "weights.bin").write_bytes(b"toy")
+    raw = {"engine": "transformers", "model": "toy-model", "loads_per_arm": 1,
+           "cost_loads_per_arm": 1,
+           "arms": {"good": {}, "bad": {"args": ["--refuse", "no such mode here"]}},
+           "corpus": {"max_texts": 2},
+           "launch": {"command": [sys.executable, "-m", "tests.engines.toy", "--model",
+                                  "{model}", "--host", "{host}", "--port", "{port}"],
+                      "env": {"PYTHONPATH": str(ROOT)}},
+           "quiet": {"gate_cost": False}}
+    raw.update(tomllib.loads(probes_off("concurrency", "generate", "sweep", "prefix")))
+    raw["probes"]["repeat"] = {"count": 0}
+    raw["probes"]["speed"] = {"prompt_tokens": [16], "max_tokens": 2, "warmup": 0,
+                              "replicates": 1, "levels": [1]}
+    plan, corpus = resolve_plan(raw, "ray.toml", tmp_path)
+    observer = Recorder()
+    runner = RayRunner(plan, corpus, tmp_path / "run", tmp_path, observer)
+    runner.address = cluster.address
+    try:
+        runner.run()
+    finally:
+        ray.shutdown()
+    assert observer.events == [
+        ("start", "good", 1, "drift"),
+        ("drift", ("good",), ("bad",)),
+        ("start", "bad", 1, "drift"), ("start", "bad", 1, "drift"),
+        ("drift", ("good",), ("bad",)),  # before the cost loads: bad's drift loads failed
+        ("start", "good", 1, "cost")]
+    assert sorted(p.stem for p in (tmp_path / "run" / "cells").glob("*.json")) == [
+        "good-cost1-speed", "good-load1-score"]
+    refused = json.loads((tmp_path / "run" / "loads" / "bad-load1.json").read_text())
+    assert [x["engine_refusal"] for x in refused["launches"]] == \
+        ["ValueError: no such mode here"] * 2

@@ -114,7 +114,7 @@ def test_the_plan_scale_section_is_checked():
 def test_a_cost_load_has_its_node_to_itself():
     from collections import deque
 
-    from servediff.scale.ray_run import Lane, may_start
+    from servediff.scale.ray_run import Lane, node_allows
 
     class Job:
         def __init__(self, phase: str) -> None:
@@ -130,14 +130,14 @@ def test_a_cost_load_has_its_node_to_itself():
     # another comparison's drift load on the same node: a drift load may join, a cost
     # load waits; on another node, both may start
     same = [me, lane("n1", "drift"), lane("n2", "cost")]
-    assert may_start("drift", me, same) and not may_start("cost", me, same)
+    assert node_allows("drift", me, same) and not node_allows("cost", me, same)
     # beside a running cost load nothing starts
     beside_cost = [me, lane("n1", "cost")]
-    assert not may_start("drift", me, beside_cost) and not may_start("cost", me, beside_cost)
+    assert not node_allows("drift", me, beside_cost) and not node_allows("cost", me, beside_cost)
     # alone on its node (or with idle lanes) a cost load starts
-    assert may_start("cost", me, [me, lane("n1"), lane("n2", "drift")])
+    assert node_allows("cost", me, [me, lane("n1"), lane("n2", "drift")])
     # a cost load waiting on the node holds back new drift loads there (not elsewhere), and
     # two lanes that both wait for a cost load do not hold each other back
     waiting = [me, lane("n1", waits="cost")]
-    assert not may_start("drift", me, waiting) and may_start("cost", me, waiting)
-    assert may_start("drift", me, [me, lane("n2", waits="cost"), lane("n1", waits="drift")])
+    assert not node_allows("drift", me, waiting) and node_allows("cost", me, waiting)
+    assert node_allows("drift", me, [me, lane("n2", waits="cost"), lane("n1", waits="drift")])

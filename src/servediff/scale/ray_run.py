@@ -25,15 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servediff import atomic
-from servediff.bundle import write_lock, write_manifest
+from servediff.bundle import write_manifest
 from servediff.errors import InputError, ServediffError
 from servediff.evidence import Launch, Phase, load_name
 from servediff.plan import lock
-from servediff.probes import cells_of_load
 from servediff.runner import Runner
 from servediff.scale import worker
 from servediff.scale.worker import LoadJob, LoadResult
-from servediff.schedule import schedule
 
 
 def connect(address: str) -> Any:
@@ -87,7 +85,7 @@ def check_resources(ray: Any, cpus: float, gpus: float) -> None:
                          f"cluster has that ({have})")
 
 
-def may_start(phase: Phase, lane: Lane, lanes: list[Lane]) -> bool:
+def node_allows(phase: Phase, lane: Lane, lanes: list[Lane]) -> bool:
     """Whether a load of `phase` may start in `lane` now: a cost load only on a node where
     nothing else runs, and nothing beside a running cost load. A cost load waiting for its
     node holds back other drift loads there, so that the node empties for it (else a busy
@@ -110,6 +108,9 @@ class Lane:
     node: str | None = None
     job: LoadJob | None = None
     ref: Any = None
+    # whether the policy let the lane's next load start; launches of it in a row that
+    # measured nothing; the load's progress when its running launch began
+    started: bool = False
     barren: int = 0
     before: int = 0
     room_class: dict[str, float] = field(default_factory=dict)
@@ -125,8 +126,9 @@ class RayRunner(Runner):
 
     address: str = "auto"
 
-    def one_room(self) -> None:
-        """A cluster run names each load's node; its rooms are the comparisons'."""
+    def check_room(self) -> None:
+        """A cluster run's rooms are its comparisons' nodes (one placement group each), and
+        every launch names its node."""
 
     def run(self) -> None:
         # refused before anything is written: no Ray, no cluster, no node that fits
@@ -135,32 +137,22 @@ class RayRunner(Runner):
         check_resources(self.ray, scale.cpus_per_load, scale.gpus_per_load)
         super().run()
 
-    def _run(self) -> None:
+    def measure(self, pending: list[tuple[str, int, Phase]]) -> None:
+        """Run the pending loads on the cluster: each comparison's in its own room, in the
+        schedule's order, the comparisons side by side."""
         room, plan, ray = self.room, self.room.plan, self.ray
         from ray.util.placement_group import placement_group, remove_placement_group
 
         scale = plan.scale
-        self.reap()
-        locked = lock(plan, room.corpus)
-        write_lock(self.layout.root, locked)
-        write_manifest(self.layout.root)
-        self.run_id = f"{locked.sha256[:12]}-{uuid.uuid4().hex[:8]}"
+        self.run_id = f"{lock(plan, room.corpus).sha256[:12]}-{uuid.uuid4().hex[:8]}"
         self.remote_load = ray.remote(max_retries=0)(worker.run_load)
         self.remote_reap = ray.remote(max_retries=0, num_cpus=0)(worker.reap)
-        order = schedule(plan)
-        lanes = [Lane(arms=g, loads=deque(x for x in order if x[0] in g))
+        lanes = [Lane(arms=g, loads=deque(x for x in pending if x[0] in g))
                  for g in plan.groups()]
-        lanes = [lane for lane in lanes if any(self.todo(*x) for x in lane.loads)]
-        if not lanes:
-            room.observer.note("every cell of this plan is already measured; nothing to run")
-            return
-        room.observer.run_starting(
-            sum(1 for lane in lanes for x in lane.loads if self.todo(*x)),
-            sum(len(self.todo(*x)) for lane in lanes for x in lane.loads))
+        lanes = [lane for lane in lanes if lane.loads]
         bundle = bundle_for(scale.cpus_per_load, scale.gpus_per_load)
         for lane in lanes:
             lane.group = placement_group([bundle], strategy="STRICT_PACK")
-        self.announced = self.drift_done()
         try:
             while any(lane.loads for lane in lanes):
                 for lane in lanes:
@@ -186,21 +178,22 @@ class RayRunner(Runner):
                 if lane.group is not None:
                     remove_placement_group(lane.group)
 
-    def todo(self, arm: str, load: int, phase: Phase) -> list[Any]:
-        return self.missing(cells_of_load(self.room.plan, arm, load, phase))
-
     def dispatch(self, ray: Any, lane: Lane, lanes: list[Lane]) -> None:
         """Start the lane's next load if its room is ready and the node allows it."""
         from ray.util.placement_group import placement_group_table, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        policy = self.policy
         while lane.ref is None and lane.loads:
             arm, load, phase = lane.loads[0]
-            todo = self.todo(arm, load, phase)
-            if not todo or lane.barren >= self.room.plan.launch.max_attempts:
+            todo = policy.todo(arm, load, phase)
+            if not lane.started:
+                lane.started, lane.barren = policy.may_start(arm, load, phase), 0
+            if not lane.started or not policy.again(todo, lane.barren):
                 lane.loads.popleft()
-                lane.barren = 0
-                self.after_load(phase)
+                if lane.started:
+                    policy.finished(arm, load, phase)
+                lane.started = False
                 if not lane.loads:  # a finished comparison gives its room back
                     remove_placement_group(lane.group)
                     lane.group = None
@@ -214,13 +207,13 @@ class RayRunner(Runner):
                 # its class, read while the node is alive: a lost node's room moves to one
                 # of the same GPU model
                 lane.room_class = lane.room_class or self.room_class(ray, lane.node)
-            if not may_start(phase, lane, lanes):
+            if not node_allows(phase, lane, lanes):
                 return  # a cost load has its node to itself
             lane.job = LoadJob(plan=self.room.plan, corpus=self.room.corpus, arm=arm,
                                load=load, phase=phase, todo=todo,
                                base_dir=str(self.base_dir.resolve()), run_id=self.run_id,
                                seeds=self.seeds(arm, load, phase, todo))
-            lane.before = self.progress(todo)
+            lane.before = policy.progress(todo)
             self.room.observer.load_starting(
                 arm, load, len(self.room.load_record(arm, load, phase).launches) + 1, phase)
             scale = self.room.plan.scale
@@ -259,7 +252,7 @@ class RayRunner(Runner):
         self.merge(job, result)
         if error is not None:
             raise error
-        lane.barren = 0 if self.progress(job.todo) > lane.before else lane.barren + 1
+        lane.barren = self.policy.barren(lane.before, job.todo, lane.barren)
 
     def lost(self, ray: Any, lane: Lane, job: LoadJob, why: str) -> LoadResult:
         """Stop and record what is left of the load on its node; an empty result with no
@@ -319,11 +312,6 @@ class RayRunner(Runner):
                                 job.phase)
         for name, seconds in result.cells:
             observer.cell_finished(name, seconds)
-
-    def after_load(self, phase: Phase) -> None:
-        if phase == "drift" and (done := self.drift_done()) - self.announced:
-            self.announce(done)
-            self.announced = done
 
     def cancel(self, ray: Any, lanes: list[Lane], why: str) -> None:
         """Ctrl-C: cancel the remote loads, then stop and record their engines."""

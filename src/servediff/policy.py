@@ -1,0 +1,117 @@
+"""The rules between loads, the same for a local run and a Ray run.
+
+Which cells a load still has to measure, when a load is started again, when
+an arm is given up (its engine refused every launch), and when the drift
+answer is announced: each time an arm's drift loads are all done, and once
+before the first cost load when some arm's drift loads are not (the
+`Observer` contract). `Runner` and `RayRunner` both ask a `LoadPolicy`; they
+differ only in where a load runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servediff.bundle import Layout, read_record
+from servediff.evidence import Cell, LoadRecord, Phase, load_name
+from servediff.plan import Plan
+from servediff.probes import cells_of_load
+from servediff.schedule import CellSpec
+from servediff.session import Observer
+
+
+@dataclass
+class LoadPolicy:
+    """The run's state between loads: what was announced, which arms did not start."""
+
+    plan: Plan
+    layout: Layout
+    observer: Observer
+    # the arms whose drift answer was shown, and whether the first cost load is still ahead
+    announced: set[str] = field(default_factory=set)
+    drift_open: bool = True
+    # arm -> the engine's message, for arms whose engine refused every launch of a load
+    refused: dict[str, str] = field(default_factory=dict)
+
+    def begin(self, first_phase: Phase) -> None:
+        """Read what earlier runs of this directory left: announced arms, refused arms."""
+        self.announced = self.drift_done()
+        self.drift_open = first_phase == "drift"
+        self.refused = self.refused_arms()
+
+    def todo(self, arm: str, load: int, phase: Phase) -> list[CellSpec]:
+        return self.missing(cells_of_load(self.plan, arm, load, phase))
+
+    def missing(self, cells: list[CellSpec]) -> list[CellSpec]:
+        return [c for c in cells if not self.layout.cell(c.name).exists()]
+
+    def progress(self, cells: list[CellSpec]) -> int:
+        """Finished cells and recorded sweep points among `cells`."""
+        done = sum(self.layout.cell(c.name).exists() for c in cells)
+        kept = [read_record(path, Cell) for c in cells
+                if (path := self.layout.progress(c.name)).exists()]
+        return done + sum(len(k.sweep) for k in kept)
+
+    # --- around one load ------------------------------------------------------------
+
+    def may_start(self, arm: str, load: int, phase: Phase) -> bool:
+        """Whether this load starts now. An arm whose engine refused it does not start
+        again; before the first cost load, the drift answer is shown if some arm's drift
+        loads failed (else it was shown as each arm's drift loads finished)."""
+        if arm in self.refused:
+            self.observer.note(f"{load_name(arm, load, phase)} not started: `{arm}` did not "
+                               f"start ({self.refused[arm]})")
+            return False
+        if self.drift_open and phase == "cost":
+            if self.announced != set(self.plan.arms):
+                self.announce(self.drift_done())
+            self.drift_open = False
+        return True
+
+    def barren(self, before: int, todo: list[CellSpec], barren: int) -> int:
+        """Launches in a row that measured nothing, after one that began at `before`. A
+        launch that measured something (a sweep point that killed the engine is a
+        measurement) does not count against max_attempts."""
+        return 0 if self.progress(todo) > before else barren + 1
+
+    def again(self, todo: list[CellSpec], barren: int) -> bool:
+        """Whether the load is started again for the cells it left."""
+        return bool(self.missing(todo)) and barren < self.plan.launch.max_attempts
+
+    def finished(self, arm: str, load: int, phase: Phase) -> None:
+        """After the last launch of a load: a refusal is remembered, a drift answer shown."""
+        if self.todo(arm, load, phase) and (message := self.refusal(arm, load, phase)):
+            self.refused[arm] = message
+        if phase == "drift" and (done := self.drift_done()) - self.announced:
+            self.announce(done)
+            self.announced = done
+
+    # --- what the directory says ------------------------------------------------------
+
+    def refusal(self, arm: str, load: int, phase: Phase) -> str | None:
+        """The engine's message when it refused every launch of this load."""
+        path = self.layout.load(load_name(arm, load, phase))
+        if not path.exists():
+            return None
+        return read_record(path, LoadRecord).did_not_start(self.plan.launch.max_attempts)
+
+    def refused_arms(self) -> dict[str, str]:
+        """The arms that did not start (refusal above), with the engine's message."""
+        out: dict[str, str] = {}
+        for path in sorted((self.layout.root / "loads").glob("*.json")):
+            record = read_record(path, LoadRecord)
+            message = record.did_not_start(self.plan.launch.max_attempts)
+            if record.arm not in out and message:
+                out[record.arm] = message
+        return out
+
+    def drift_done(self) -> set[str]:
+        """The arms whose drift cells are all measured."""
+        return {arm for arm in self.plan.arms
+                if not any(self.todo(arm, load, "drift")
+                           for load in range(1, self.plan.loads_per_arm + 1))}
+
+    def announce(self, done: set[str]) -> None:
+        arms = list(self.plan.arms)
+        self.observer.drift_finished([a for a in arms if a in done],
+                                     [a for a in arms if a not in done])
