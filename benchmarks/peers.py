@@ -42,15 +42,17 @@ from typing import Any
 import httpx
 
 from servediff.bundle import Layout, read_record
+from servediff.context import RunContext
 from servediff.engines import registry
 from servediff.engines.completions import score_payload
 from servediff.engines.process import EngineProcess
 from servediff.evidence import Cell
+from servediff.launch import EngineLaunch
 from servediff.plan import resolve_plan
 from servediff.probes import by_cell
+from servediff.probes.context import ProbeContext
 from servediff.runner import SilentObserver, resolve_model
 from servediff.schedule import CellSpec
-from servediff.session import LoadSession, Room
 
 ROOT = Path(__file__).resolve().parent.parent
 # the engines and the converted model the test suite sets up, unless told otherwise
@@ -87,9 +89,9 @@ def plan_text(vllm_python: Path, work: Path, texts: int) -> str:
 
 # --- servediff ----------------------------------------------------------------------------
 
-def servediff_cell(session: LoadSession, spec: CellSpec) -> Cell:
-    by_cell(spec.probe).measure(session, spec)
-    return read_record(session.room.layout.cell(spec.name), Cell)
+def servediff_cell(probes: ProbeContext, spec: CellSpec) -> Cell:
+    by_cell(spec.probe).measure(probes, spec)
+    return read_record(probes.layout.cell(spec.name), Cell)
 
 
 def speed_of_cell(cell: Cell, length: int, level: int) -> dict[str, float]:
@@ -179,15 +181,16 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         plan, corpus = resolve_plan(tomllib.loads(plan_text(vllm_python, work, args.texts)),
                                     "peers.toml", work)
-        room = Room(plan=plan, corpus=corpus, adapter=registry.create(plan.engine),
-                    layout=Layout(work / "run"), observer=SilentObserver(),
-                    launcher=EngineProcess)
-        model = resolve_model(plan, room.adapter, work, print)
-        session = LoadSession(room, "vllm", 1, "drift", model)
+        context = RunContext(plan=plan, corpus=corpus, adapter=registry.create(plan.engine),
+                             layout=Layout(work / "run"), observer=SilentObserver(),
+                             launcher=EngineProcess)
+        model = resolve_model(plan, context.adapter, work, print)
+        engine = EngineLaunch.begin(context, "vllm", 1, "drift", model)
+        session = ProbeContext(engine)
         rows: dict[str, Any] = {"rounds": []}
         try:
-            session.start()
-            url, served = session.url, model.path
+            engine.start()
+            url, served = engine.url, model.path
             texts = [t.text for t in corpus.texts]
             bodies = [score_payload(served, [session.ids[t.tag]]) for t in corpus.texts]
             for r in range(1, args.rounds + 1):
@@ -211,7 +214,7 @@ def main() -> None:
                 rows["rounds"].append(row)
                 print(f"round {r} of {args.rounds} done", file=sys.stderr)
         finally:
-            session.close()
+            engine.close()
         rows["texts"] = [t.tag for t in corpus.texts]
         if args.keep:
             (work / "peers.json").write_text(json.dumps(rows, indent=1))

@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servediff.bundle import Layout, read_record
+from servediff.context import Observer
 from servediff.evidence import Cell, LoadRecord, Phase, load_name
 from servediff.plan import Plan
 from servediff.probes import cells_of_load
 from servediff.schedule import CellSpec
-from servediff.session import Observer
 
 
 @dataclass
@@ -68,15 +68,15 @@ class LoadPolicy:
             self.drift_open = False
         return True
 
-    def barren(self, before: int, todo: list[CellSpec], barren: int) -> int:
+    def after_launch(self, before: int, todo: list[CellSpec], unproductive: int) -> int:
         """Launches in a row that measured nothing, after one that began at `before`. A
         launch that measured something (a sweep point that killed the engine is a
         measurement) does not count against max_attempts."""
-        return 0 if self.progress(todo) > before else barren + 1
+        return 0 if self.progress(todo) > before else unproductive + 1
 
-    def again(self, todo: list[CellSpec], barren: int) -> bool:
+    def again(self, todo: list[CellSpec], unproductive: int) -> bool:
         """Whether the load is started again for the cells it left."""
-        return bool(self.missing(todo)) and barren < self.plan.launch.max_attempts
+        return bool(self.missing(todo)) and unproductive < self.plan.launch.max_attempts
 
     def finished(self, arm: str, load: int, phase: Phase) -> None:
         """After the last launch of a load: a refusal is remembered, a drift answer shown."""

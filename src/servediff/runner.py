@@ -2,7 +2,7 @@
 
 The runner locks the plan, works out which cells are still missing (so an
 interrupted run resumes without redoing finished cells), resolves the model
-once, and runs each load that has work left as a `LoadSession`: start cold,
+once, and runs each load that has work left as an `EngineLaunch`: start cold,
 hand each missing cell to its probe, stop and record. An engine that fails
 to start or dies mid-load is recorded in the load record; the load is
 started again for the cells it left, and the run goes on. The launcher and
@@ -20,17 +20,19 @@ from pathlib import Path
 from servediff import models
 from servediff.bundle import Layout, exclusive, read_record, write_lock, write_manifest
 from servediff.conditions import gpu_models
+from servediff.context import ClientFactory, Observer, RunContext, ServedModel, make_client
 from servediff.corpus import Corpus
 from servediff.engines import registry
 from servediff.engines.base import EngineAdapter
 from servediff.engines.process import EngineProcess, Launcher, stop_stale
 from servediff.errors import BundleError, EngineError, OutputDirError
 from servediff.evidence import LoadRecord, Phase
+from servediff.launch import EngineLaunch
 from servediff.plan import Plan, lock
 from servediff.policy import LoadPolicy
 from servediff.probes import by_cell
+from servediff.probes.context import ProbeContext
 from servediff.schedule import CellSpec, schedule
-from servediff.session import ClientFactory, LoadSession, Model, Observer, Room, make_client
 
 
 def ensure_writable(root: Path) -> None:
@@ -44,32 +46,32 @@ def ensure_writable(root: Path) -> None:
 
 
 def resolve_model(plan: Plan, adapter: EngineAdapter, base_dir: Path,
-                  say: Callable[[str], None]) -> Model:
+                  say: Callable[[str], None]) -> ServedModel:
     """The model path as this engine serves it, its weight hashes and declared BOS id."""
     if plan.base_url is not None:
-        return Model(plan.model, {}, None)
+        return ServedModel(plan.model, {}, None)
     if plan.model == "smollm2":
         path, hashes = (models.smollm2_gguf(say) if adapter.model_format == "gguf"
                         else models.smollm2_dir(say))
     else:
         path = (base_dir / plan.model).expanduser().resolve()
         hashes = models.weight_hashes(path)
-    return Model(str(path), hashes, models.bos_token_id(path))
+    return ServedModel(str(path), hashes, models.bos_token_id(path))
 
 
 class Runner:
     def __init__(self, plan: Plan, corpus: Corpus, root: Path, base_dir: Path,
                  observer: Observer, launcher: Launcher = EngineProcess,
                  clients: ClientFactory = make_client) -> None:
-        self.room = Room(plan=plan, corpus=corpus, adapter=registry.create(plan.engine),
+        self.context = RunContext(plan=plan, corpus=corpus, adapter=registry.create(plan.engine),
                          layout=Layout(root), observer=observer, launcher=launcher,
                          clients=clients)
         self.base_dir = base_dir
-        self.policy = LoadPolicy(plan, self.room.layout, observer)
+        self.policy = LoadPolicy(plan, self.context.layout, observer)
 
     @property
     def layout(self) -> Layout:
-        return self.room.layout
+        return self.context.layout
 
     def run(self) -> None:
         ensure_writable(self.layout.root)
@@ -79,7 +81,7 @@ class Runner:
     def reap(self) -> None:
         """Launches that a servediff killed before it could stop them: what is left of
         their engines is stopped now, and the stop is recorded as one at resume."""
-        room = self.room
+        context = self.context
         for path in sorted((self.layout.root / "loads").glob("*.json")):
             record = read_record(path, LoadRecord)
             stale = [x for x in record.launches if x.stop is None and not x.external and x.pid]
@@ -87,15 +89,15 @@ class Runner:
                 launch.stop = stop_stale(launch.pgid or launch.pid, launch.started_at,
                                          launch.host, launch.port,
                                          self.layout.log(record.name),
-                                         room.plan.launch.stop_grace_s)
+                                         context.plan.launch.stop_grace_s)
                 launch.error = launch.error or "servediff ended before it stopped this launch"
                 launch.finished_at = launch.finished_at or time.time()
-                room.observer.note(
+                context.observer.note(
                     f"{record.name} launch {launch.attempt} had no stop record: "
                     + ("its engine was still running and is now stopped" if
                        launch.stop.found_alive else "its engine had already ended"))
             if stale:
-                room.write_load(record)
+                context.write_load(record)
         write_manifest(self.layout.root)
 
     def check_room(self) -> None:
@@ -106,7 +108,7 @@ class Runner:
         seen = {(x.machine, tuple(x.gpu_models))
                 for path in sorted((self.layout.root / "loads").glob("*.json"))
                 for x in read_record(path, LoadRecord).launches if x.machine is not None}
-        if seen and here not in seen and not self.room.plan.cross_machine:
+        if seen and here not in seen and not self.context.plan.cross_machine:
             there = ", ".join(f"{m} ({', '.join(g) or 'no GPU'})" for m, g in sorted(seen))
             raise BundleError(
                 f"{self.layout.root}: its loads were measured on {there}; this machine is "
@@ -115,18 +117,18 @@ class Runner:
                 "machines are then named in the report)")
 
     def _run(self) -> None:
-        room = self.room
+        context = self.context
         self.reap()
-        write_lock(self.layout.root, lock(room.plan, room.corpus))
+        write_lock(self.layout.root, lock(context.plan, context.corpus))
         write_manifest(self.layout.root)
         self.check_room()
         policy = self.policy
-        pending = [(arm, load, phase) for arm, load, phase in schedule(room.plan)
+        pending = [(arm, load, phase) for arm, load, phase in schedule(context.plan)
                    if policy.todo(arm, load, phase)]
         if not pending:
-            room.observer.note("every cell of this plan is already measured; nothing to run")
+            context.observer.note("every cell of this plan is already measured; nothing to run")
             return
-        room.observer.run_starting(len(pending),
+        context.observer.run_starting(len(pending),
                                    sum(len(policy.todo(*x)) for x in pending))
         policy.begin(pending[0][2])
         self.measure(pending)
@@ -134,42 +136,42 @@ class Runner:
     def measure(self, pending: list[tuple[str, int, Phase]]) -> None:
         """Run the pending loads here, one after another, in the schedule's order."""
         policy = self.policy
-        model = resolve_model(self.room.plan, self.room.adapter, self.base_dir,
-                              self.room.observer.note)
+        model = resolve_model(self.context.plan, self.context.adapter, self.base_dir,
+                              self.context.observer.note)
         for arm, load, phase in pending:
             if not policy.may_start(arm, load, phase):
                 continue
-            todo, barren = policy.todo(arm, load, phase), 0
-            while policy.again(todo, barren):
+            todo, unproductive = policy.todo(arm, load, phase), 0
+            while policy.again(todo, unproductive):
                 before = policy.progress(todo)
                 self.run_load(arm, load, phase, policy.missing(todo), model)
-                barren = policy.barren(before, todo, barren)
+                unproductive = policy.after_launch(before, todo, unproductive)
             policy.finished(arm, load, phase)
 
     def run_load(self, arm: str, load: int, phase: Phase, todo: list[CellSpec],
-                 model: Model) -> None:
-        measure_load(self.room, arm, load, phase, todo, model)
+                 model: ServedModel) -> None:
+        measure_load(self.context, arm, load, phase, todo, model)
 
 
-def measure_load(room: Room, arm: str, load: int, phase: Phase, todo: list[CellSpec],
-                 model: Model) -> None:
+def measure_load(context: RunContext, arm: str, load: int, phase: Phase,
+                 todo: list[CellSpec], model: ServedModel) -> None:
     """One launch of one load: start it cold, measure `todo`, stop and record it. What a
     local run does for each load, and what a Ray worker does (scale/worker.py)."""
-    session = LoadSession(room, arm, load, phase, model)
+    engine = EngineLaunch.begin(context, arm, load, phase, model)
     try:
-        session.start()
-        session.check_log()
+        engine.start()
+        engine.check_log()
+        probes = ProbeContext(engine)
         for cell in todo:
-            by_cell(cell.probe).measure(session, cell)
-            session.check_log()
+            by_cell(cell.probe).measure(probes, cell)
+            engine.check_log()
     except EngineError as exc:
-        session.failed(exc)
+        engine.failed(exc)
     except KeyboardInterrupt:
-        if hasattr(session, "launch"):
-            session.launch.error = "interrupted: servediff was stopped (SIGINT or SIGTERM)"
+        engine.launch.error = "interrupted: servediff was stopped (SIGINT or SIGTERM)"
         raise
     finally:
-        session.close()
+        engine.close()
 
 
 class SilentObserver:

@@ -25,7 +25,7 @@ from servediff.probes.base import Probe, Work
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
-    from servediff.session import LoadSession
+    from servediff.probes.context import ProbeContext
 
 ENTRY = "tests.probes.toy:Tokenize"
 TEXT = "The toy probe tokenizes this sentence again and again."
@@ -67,21 +67,21 @@ class Tokenize(Probe[TokenizeSettings]):
     def protocol(self, spec: TokenizeSettings) -> str | None:
         return f"tokenize one text {spec.requests} times per drift load"
 
-    def measure(self, session: LoadSession, cell: CellSpec) -> None:
-        spec = self.spec(session.plan)
-        session.room.observer.cell_starting(cell.name, spec.requests)
-        out = session.cell(cell)
+    def measure(self, ctx: ProbeContext, cell: CellSpec) -> None:
+        spec = self.spec(ctx.plan)
+        ctx.observer.cell_starting(cell.name, spec.requests)
+        out = ctx.cell(cell)
         for index in range(spec.requests):
             t0 = time.monotonic()
             try:
-                ids = session.adapter.tokenize(session.engine, TEXT, session.options)
+                ids = ctx.adapter.tokenize(ctx.engine, TEXT, ctx.options)
             except EngineError as exc:
                 out.data.append({"index": index, "error": str(exc)})
                 continue
             out.data.append({"index": index, "seconds": round(time.monotonic() - t0, 6),
                              "hash": hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]})
-            session.room.observer.cell_advanced(index + 1)
-        session.finish(out)
+            ctx.observer.cell_advanced(index + 1)
+        ctx.finish(out)
 
     def analyse(self, plan: Plan, cells: Sequence[Cell]) -> TokenizeFinding | None:
         arms: dict[str, ArmTokenize] = {}

@@ -25,7 +25,7 @@ from servediff.schedule import CellSpec
 if TYPE_CHECKING:
     from servediff.analysis.findings import ArmCosts, ArmDrift, Untested
     from servediff.plan import Plan
-    from servediff.session import LoadSession
+    from servediff.probes.context import ProbeContext
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ class Probe(ABC, Generic[S]):
         """The cells this probe adds to a load of its phase, in the order they run."""
 
     @abstractmethod
-    def measure(self, session: LoadSession, cell: CellSpec) -> None:
-        """Measure `cell` in the session's load and write it (or raise EngineError)."""
+    def measure(self, ctx: ProbeContext, cell: CellSpec) -> None:
+        """Measure `cell` on the context's engine and write it (or raise EngineError)."""
 
     @abstractmethod
     def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:

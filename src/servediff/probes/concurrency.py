@@ -26,7 +26,7 @@ from servediff.probes.base import Measured, Probe, Work
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
-    from servediff.session import LoadSession
+    from servediff.probes.context import ProbeContext
 
 
 REQUEST_KINDS: list[RequestKind] = ["score", "generate"]
@@ -111,19 +111,19 @@ class Concurrency(Probe[ConcurrencySettings]):
                     prompt_tokens=len(spec.kinds) * per_length * sum(spec.lengths),
                     new_tokens=new * len(spec.lengths) * per_length)
 
-    def measure(self, session: LoadSession, cell: CellSpec) -> None:
-        spec = self.spec(session.plan)
-        adapter, client, options = session.adapter, session.engine, session.options
-        head, _ = session.head
-        lengths, skipped = session.fits(spec.lengths, spec.max_tokens)
-        prompts = {n: prompt_of_length(session.stream, head, n) for n in lengths}
+    def measure(self, ctx: ProbeContext, cell: CellSpec) -> None:
+        spec = self.spec(ctx.plan)
+        adapter, client, options = ctx.adapter, ctx.engine, ctx.options
+        head, _ = ctx.scoring_prefix
+        lengths, skipped = ctx.fits(spec.lengths, spec.max_tokens)
+        prompts = {n: prompt_of_length(ctx.stream, head, n) for n in lengths}
         kinds = list(spec.kinds)
         if "score" in kinds and adapter.concurrent_scoring_gap:
             kinds.remove("score")
             skipped.append(Skipped(kind="score", reason=adapter.concurrent_scoring_gap))
-        obs = session.room.observer
+        obs = ctx.observer
         obs.cell_starting(cell.name, len(prompts) * len(spec.levels) * len(kinds))
-        out = session.cell(cell)
+        out = ctx.cell(cell)
         t0 = time.monotonic()
         for kind in kinds:
             for length, ids in prompts.items():
@@ -142,4 +142,4 @@ class Concurrency(Probe[ConcurrencySettings]):
                         prompt_sha256=requests.prompt_sha256(ids), responses=responses))
                     obs.cell_advanced(len(out.groups))
         out.prompts, out.skipped = prompts, skipped
-        session.finish(out, time.monotonic() - t0)
+        ctx.finish(out, time.monotonic() - t0)

@@ -20,7 +20,7 @@ from servediff.probes.base import Measured, Probe, Work
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
-    from servediff.session import LoadSession
+    from servediff.probes.context import ProbeContext
 
 
 class GenerateSettings(ProbeSettings):
@@ -58,21 +58,21 @@ class Generate(Probe[GenerateSettings]):
                     prompt_tokens=sum(prompts) * spec.repeats,
                     new_tokens=len(prompts) * spec.repeats * spec.max_tokens)
 
-    def measure(self, session: LoadSession, cell: CellSpec) -> None:
-        spec = self.spec(session.plan)
-        tags = [t.tag for t in session.room.corpus.texts][: spec.texts]
-        prompts = {tag: session.ids[tag][: spec.prompt_tokens] for tag in tags}
-        obs = session.room.observer
+    def measure(self, ctx: ProbeContext, cell: CellSpec) -> None:
+        spec = self.spec(ctx.plan)
+        tags = [t.tag for t in ctx.corpus.texts][: spec.texts]
+        prompts = {tag: ctx.ids[tag][: spec.prompt_tokens] for tag in tags}
+        obs = ctx.observer
         obs.cell_starting(cell.name, len(prompts))
-        out = session.cell(cell, tags)
+        out = ctx.cell(cell, tags)
         t0 = time.monotonic()
         for tag, ids in prompts.items():
-            responses = [requests.generation(session.adapter, session.engine, ids,
-                                             spec.max_tokens, session.options, i)
+            responses = [requests.generation(ctx.adapter, ctx.engine, ids,
+                                             spec.max_tokens, ctx.options, i)
                          for i in range(spec.repeats)]
             out.groups.append(Group(tag=tag, length=len(ids), level=1,
                                     max_tokens=spec.max_tokens,
                                     prompt_sha256=requests.prompt_sha256(ids),
                                     responses=responses))
             obs.cell_advanced(len(out.groups))
-        session.finish(out, time.monotonic() - t0)
+        ctx.finish(out, time.monotonic() - t0)

@@ -23,7 +23,7 @@ from servediff.probes.base import Measured, Probe, Work
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
-    from servediff.session import LoadSession
+    from servediff.probes.context import ProbeContext
 
 
 class PrefixSettings(ProbeSettings):
@@ -70,21 +70,21 @@ class Prefix(Probe[PrefixSettings]):
                     prompt_tokens=(spec.requests + 1) * (size + spec.question_tokens),
                     new_tokens=spec.requests + 1)
 
-    def measure(self, session: LoadSession, cell: CellSpec) -> None:
-        spec = self.spec(session.plan)
-        size = prefix_size(spec, session.context_length)
-        source = prompts.Prompts(session.stream)
+    def measure(self, ctx: ProbeContext, cell: CellSpec) -> None:
+        spec = self.spec(ctx.plan)
+        size = prefix_size(spec, ctx.context_length)
+        source = prompts.Prompts(ctx.stream)
         shared = source.unique(size, prompts.PREFIX)
         questions = [source.unique(spec.question_tokens, prompts.PREFIX + 1 + i)
                      for i in range(spec.requests)]
-        obs = session.room.observer
+        obs = ctx.observer
         obs.cell_starting(cell.name, spec.requests)
-        out = session.cell(cell)
+        out = ctx.cell(cell)
         for index, question in enumerate(questions):
             ids = shared + question
             t0 = time.monotonic()
             try:
-                got = session.adapter.generate(session.engine, ids, 1, session.options)
+                got = ctx.adapter.generate(ctx.engine, ids, 1, ctx.options)
             except EngineError as exc:
                 out.prefix.append(PrefixSample(index=index, prompt_tokens=len(ids),
                                                status="error", error=str(exc)))
@@ -93,4 +93,4 @@ class Prefix(Probe[PrefixSettings]):
                                                ttft_s=round(time.monotonic() - t0, 6),
                                                cached_tokens=got.cached_tokens))
             obs.cell_advanced(len(out.prefix))
-        session.finish(out)
+        ctx.finish(out)

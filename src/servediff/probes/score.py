@@ -28,7 +28,7 @@ from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
     from servediff.analysis.findings import Untested
-    from servediff.session import LoadSession
+    from servediff.probes.context import ProbeContext
 
 
 class RepeatSettings(ProbeSettings):
@@ -99,26 +99,26 @@ class Score(Probe[RepeatSettings]):
         requests = -(-len(texts) // cell.repeat) if cell.probe == "batch" else len(texts)
         return Work(requests=requests, prompt_tokens=sum(texts), new_tokens=0)
 
-    def order(self, session: LoadSession, cell: CellSpec) -> list[str]:
-        tags = [t.tag for t in session.room.corpus.texts]
-        if cell.probe == "repeat" and self.spec(session.plan).shuffle:
+    def order(self, ctx: ProbeContext, cell: CellSpec) -> list[str]:
+        tags = [t.tag for t in ctx.corpus.texts]
+        if cell.probe == "repeat" and self.spec(ctx.plan).shuffle:
             random.Random(f"{cell.arm}/{cell.load}/{cell.repeat}").shuffle(tags)
         return tags
 
-    def measure(self, session: LoadSession, cell: CellSpec) -> None:
-        order = self.order(session, cell)
-        ids, (_, label) = session.ids, session.head
-        obs = session.room.observer
+    def measure(self, ctx: ProbeContext, cell: CellSpec) -> None:
+        order = self.order(ctx, cell)
+        ids, (_, label) = ctx.ids, ctx.scoring_prefix
+        obs = ctx.observer
         obs.cell_starting(cell.name, len(order))
-        out = session.cell(cell, order)
+        out = ctx.cell(cell, order)
         engine_seconds = 0.0
-        size = cell.repeat if cell.probe == "batch" else session.options.batch_size
+        size = cell.repeat if cell.probe == "batch" else ctx.options.batch_size
         for batch_no, batch_tags in enumerate(_chunks(order, size)):
             batch = [ids[tag] for tag in batch_tags]
             r0 = time.monotonic()
             try:
-                results: list[Scored] = session.adapter.score(session.engine, batch,
-                                                              session.options)
+                results: list[Scored] = ctx.adapter.score(ctx.engine, batch,
+                                                              ctx.options)
                 error = None
             except EngineError as exc:
                 results, error = [], str(exc)
@@ -129,16 +129,16 @@ class Score(Probe[RepeatSettings]):
                                           seconds, results[i] if error is None else None,
                                           error))
             obs.cell_advanced(len(out.records))
-            if error is not None and session.proc is not None and \
-                    session.proc.exited_within(1.0):
+            if error is not None and ctx.proc is not None and \
+                    ctx.proc.exited_within(1.0):
                 # The rows measured before the death are evidence too: kept apart, so
                 # the cell itself stays to be measured again on resume.
                 out.wall_seconds = round(time.time() - out.started_at, 6)
                 out.engine_seconds = round(engine_seconds, 6)
-                layout = session.room.layout
+                layout = ctx.layout
                 path = layout.partial(cell.name, out.launch)
                 atomic.write_json(path, out.model_dump(mode="json"))
                 raise EngineError(
                     f"engine process died during {cell.name} ({len(out.records)} of "
                     f"{len(order)} rows kept in {path.relative_to(layout.root)}): {error}")
-        session.finish(out, engine_seconds)
+        ctx.finish(out, engine_seconds)

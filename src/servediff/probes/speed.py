@@ -31,7 +31,7 @@ from servediff.probes.base import Measured, Probe, Work
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
-    from servediff.session import LoadSession
+    from servediff.probes.context import ProbeContext
 
 
 class SpeedSettings(ProbeSettings):
@@ -62,9 +62,9 @@ class SpeedSettings(ProbeSettings):
         return distinct_sorted(levels, "needs at least one level (1: one request at a time)")
 
 
-def _timed(session: LoadSession, ids: list[int], max_tokens: int) -> tuple[Generated, float]:
+def _timed(ctx: ProbeContext, ids: list[int], max_tokens: int) -> tuple[Generated, float]:
     t0 = time.monotonic()
-    out = session.adapter.generate(session.engine, ids, max_tokens, session.options)
+    out = ctx.adapter.generate(ctx.engine, ids, max_tokens, ctx.options)
     return out, time.monotonic() - t0
 
 
@@ -96,14 +96,14 @@ class Speed(Probe[SpeedSettings]):
                     prompt_tokens=2 * sent * sum(spec.prompt_tokens),
                     new_tokens=sent * len(spec.prompt_tokens) * (spec.max_tokens + 1))
 
-    def measure(self, session: LoadSession, cell: CellSpec) -> None:
-        spec = self.spec(session.plan)
-        source = prompts.Prompts(session.stream)
-        lengths, skipped = session.fits(spec.prompt_tokens, spec.max_tokens)
-        obs = session.room.observer
+    def measure(self, ctx: ProbeContext, cell: CellSpec) -> None:
+        spec = self.spec(ctx.plan)
+        source = prompts.Prompts(ctx.stream)
+        lengths, skipped = ctx.fits(spec.prompt_tokens, spec.max_tokens)
+        obs = ctx.observer
         obs.cell_starting(cell.name, len(lengths) * len(spec.levels)
                           * (spec.warmup + spec.replicates))
-        out = session.cell(cell)
+        out = ctx.cell(cell)
         out.skipped = skipped
         n = prompts.SPEED
         for level in spec.levels:
@@ -116,26 +116,26 @@ class Speed(Probe[SpeedSettings]):
                     long = [source.unique(length, n + level + i) for i in range(level)]
                     n += 2 * level
                     try:
-                        firsts, _ = _at_once(session, short, 1)
-                        fulls, wall = _at_once(session, long, spec.max_tokens)
+                        firsts, _ = _at_once(ctx, short, 1)
+                        fulls, wall = _at_once(ctx, long, spec.max_tokens)
                     except EngineError as exc:
                         out.speed.append(SpeedSample(**base, status="error", error=str(exc)))
                     else:
                         out.speed.append(_sample(base, firsts, fulls, wall, length))
                     obs.cell_advanced(len(out.speed))
-        session.finish(out)
+        ctx.finish(out)
 
 
-def _at_once(session: LoadSession, batch: list[list[int]], max_tokens: int
+def _at_once(ctx: ProbeContext, batch: list[list[int]], max_tokens: int
              ) -> tuple[list[tuple[Generated, float]], float]:
     """Each prompt's answer and latency, all sent at once; and the wall time of the whole.
     One prompt is sent from this thread."""
     t0 = time.monotonic()
     if len(batch) == 1:
-        timed = [_timed(session, batch[0], max_tokens)]
+        timed = [_timed(ctx, batch[0], max_tokens)]
     else:
         with ThreadPoolExecutor(max_workers=len(batch)) as pool:
-            timed = list(pool.map(lambda ids: _timed(session, ids, max_tokens), batch))
+            timed = list(pool.map(lambda ids: _timed(ctx, ids, max_tokens), batch))
     return timed, time.monotonic() - t0
 
 

@@ -44,7 +44,7 @@ from servediff.probes.base import Measured, Probe, Work
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
-    from servediff.session import LoadSession
+    from servediff.probes.context import ProbeContext
 
 
 class SweepSettings(ProbeSettings):
@@ -178,9 +178,9 @@ class Sweep(Probe[SweepSettings]):
             if self.spec(plan).enabled and load == 1 else []
 
     @staticmethod
-    def progress(session: LoadSession, cell: CellSpec) -> Cell | None:
+    def progress(ctx: ProbeContext, cell: CellSpec) -> Cell | None:
         """The sweep's points so far, kept by earlier launches."""
-        path = session.room.layout.progress(cell.name)
+        path = ctx.layout.progress(cell.name)
         return read_record(path, Cell) if path.exists() else None
 
     def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
@@ -189,33 +189,33 @@ class Sweep(Probe[SweepSettings]):
                     prompt_tokens=sum(length * level for length, level in sent),
                     new_tokens=sum(level for _, level in sent))
 
-    def measure(self, session: LoadSession, cell: CellSpec) -> None:
-        spec = self.spec(session.plan)
-        layout, obs, proc = session.room.layout, session.room.observer, session.proc
-        out = self.progress(session, cell)
+    def measure(self, ctx: ProbeContext, cell: CellSpec) -> None:
+        spec = self.spec(ctx.plan)
+        layout, obs, proc = ctx.layout, ctx.observer, ctx.proc
+        out = self.progress(ctx, cell)
         if out is None:
-            out = session.cell(cell)
-            out.sweep_plan = points(spec, session.context_length, session.prompt_limit)
+            out = ctx.cell(cell)
+            out.sweep_plan = points(spec, ctx.context_length, ctx.prompt_limit)
             if not out.sweep_plan:
                 out.skipped = [Skipped(reason="the engine reports no context length and the "
                                        "plan gives no sweep lengths")]
-        client = session.client_for(spec.request_timeout_s, spec.give_up_s)
+        client = ctx.client_for(spec.request_timeout_s, spec.give_up_s)
         try:
-            source = prompts.Prompts(session.stream)
+            source = prompts.Prompts(ctx.stream)
             done = {(p.length, p.level) for p in out.sweep}
             obs.cell_starting(cell.name, len(out.sweep_plan))
             obs.cell_advanced(len(done))
             live = Liveness(
                 exited=(lambda: proc.exit_status(2.0)) if proc else (lambda: None),
-                healthy=lambda: client.healthy(session.adapter.health_path()),
+                healthy=lambda: client.healthy(ctx.adapter.health_path()),
                 log_tail=lambda: tail(proc.log_path) if proc else "")
             for index, (length, level) in enumerate(out.sweep_plan):
                 if (length, level) in done:
                     continue
                 batch = [source.unique(length, prompts.SWEEP + PER_POINT * index + i)
                          for i in range(level)]
-                point = send(session.adapter, client, session.options, batch, spec, live,
-                             session.launch.attempt, watched=proc is not None)
+                point = send(ctx.adapter, client, ctx.options, batch, spec, live,
+                             ctx.attempt, watched=proc is not None)
                 out.sweep.append(point)
                 out.engine_seconds = round(out.engine_seconds + point.seconds, 6)
                 atomic.write_json(layout.progress(cell.name), out.model_dump(mode="json"))
@@ -224,15 +224,15 @@ class Sweep(Probe[SweepSettings]):
                     last = {(p.length, p.level) for p in out.sweep} >= set(out.sweep_plan)
                     if last:
                         # Nothing is left to measure: no cold start just to close the cell.
-                        self._close(session, out, cell)
+                        self._close(ctx, out, cell)
                     raise EngineError(f"sweep: {point.outcome} at {length} tokens x {level} "
                                       "(recorded as a measurement"
                                       + ("" if last else "; the engine is restarted") + ")")
-            self._close(session, out, cell)
+            self._close(ctx, out, cell)
         finally:
             client.close()
 
     @staticmethod
-    def _close(session: LoadSession, out: Cell, cell: CellSpec) -> None:
-        session.finish(out, out.engine_seconds)
-        session.room.layout.progress(cell.name).unlink(missing_ok=True)
+    def _close(ctx: ProbeContext, out: Cell, cell: CellSpec) -> None:
+        ctx.finish(out, out.engine_seconds)
+        ctx.layout.progress(cell.name).unlink(missing_ok=True)

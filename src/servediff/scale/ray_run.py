@@ -85,12 +85,12 @@ def check_resources(ray: Any, cpus: float, gpus: float) -> None:
                          f"cluster has that ({have})")
 
 
-def node_allows(phase: Phase, lane: Lane, lanes: list[Lane]) -> bool:
-    """Whether a load of `phase` may start in `lane` now: a cost load only on a node where
+def node_allows(phase: Phase, room: Room, rooms: list[Room]) -> bool:
+    """Whether a load of `phase` may start in `room` now: a cost load only on a node where
     nothing else runs, and nothing beside a running cost load. A cost load waiting for its
     node holds back other drift loads there, so that the node empties for it (else a busy
     neighbour would start load after load and push every cost load to the end)."""
-    others = [x for x in lanes if x is not lane and x.node == lane.node]
+    others = [x for x in rooms if x is not room and x.node == room.node]
     running = [x for x in others if x.ref is not None]
     if phase == "cost":
         return not running
@@ -99,7 +99,7 @@ def node_allows(phase: Phase, lane: Lane, lanes: list[Lane]) -> bool:
 
 
 @dataclass
-class Lane:
+class Room:
     """One comparison: its arms, its loads still to run, its room and what runs there."""
 
     arms: list[str]
@@ -108,15 +108,15 @@ class Lane:
     node: str | None = None
     job: LoadJob | None = None
     ref: Any = None
-    # whether the policy let the lane's next load start; launches of it in a row that
+    # whether the policy let the room's next load start; launches of it in a row that
     # measured nothing; the load's progress when its running launch began
     started: bool = False
-    barren: int = 0
+    unproductive: int = 0
     before: int = 0
-    room_class: dict[str, float] = field(default_factory=dict)
+    node_class: dict[str, float] = field(default_factory=dict)
 
     def waiting(self) -> Phase | None:
-        """The phase of the load this lane waits to start (None: it runs one, or is done)."""
+        """The phase of the load this room waits to start (None: it runs one, or is done)."""
         return self.loads[0][2] if self.ref is None and self.loads else None
 
 
@@ -133,105 +133,105 @@ class RayRunner(Runner):
     def run(self) -> None:
         # refused before anything is written: no Ray, no cluster, no node that fits
         self.ray = connect(self.address)
-        scale = self.room.plan.scale
+        scale = self.context.plan.scale
         check_resources(self.ray, scale.cpus_per_load, scale.gpus_per_load)
         super().run()
 
     def measure(self, pending: list[tuple[str, int, Phase]]) -> None:
         """Run the pending loads on the cluster: each comparison's in its own room, in the
         schedule's order, the comparisons side by side."""
-        room, plan, ray = self.room, self.room.plan, self.ray
+        context, plan, ray = self.context, self.context.plan, self.ray
         from ray.util.placement_group import placement_group, remove_placement_group
 
         scale = plan.scale
-        self.run_id = f"{lock(plan, room.corpus).sha256[:12]}-{uuid.uuid4().hex[:8]}"
+        self.run_id = f"{lock(plan, context.corpus).sha256[:12]}-{uuid.uuid4().hex[:8]}"
         self.remote_load = ray.remote(max_retries=0)(worker.run_load)
         self.remote_reap = ray.remote(max_retries=0, num_cpus=0)(worker.reap)
-        lanes = [Lane(arms=g, loads=deque(x for x in pending if x[0] in g))
+        rooms = [Room(arms=g, loads=deque(x for x in pending if x[0] in g))
                  for g in plan.groups()]
-        lanes = [lane for lane in lanes if lane.loads]
+        rooms = [room for room in rooms if room.loads]
         bundle = bundle_for(scale.cpus_per_load, scale.gpus_per_load)
-        for lane in lanes:
-            lane.group = placement_group([bundle], strategy="STRICT_PACK")
+        for room in rooms:
+            room.group = placement_group([bundle], strategy="STRICT_PACK")
         try:
-            while any(lane.loads for lane in lanes):
-                for lane in lanes:
-                    self.dispatch(ray, lane, lanes)
-                refs = [lane.ref for lane in lanes if lane.ref is not None]
+            while any(room.loads for room in rooms):
+                for room in rooms:
+                    self.dispatch(ray, room, rooms)
+                refs = [room.ref for room in rooms if room.ref is not None]
                 if not refs:
                     time.sleep(0.2)  # waiting for a room
                     continue
                 done, _ = ray.wait(refs, num_returns=1, timeout=1.0)
-                for lane in lanes:
-                    if lane.ref is not None and lane.ref in done:
-                        self.collect(ray, lane, bundle, placement_group,
+                for room in rooms:
+                    if room.ref is not None and room.ref in done:
+                        self.collect(ray, room, bundle, placement_group,
                                      remove_placement_group)
         except BaseException as exc:
             # Ctrl-C, or a refusal (a busy machine) that ends the run: the other remote
             # loads are cancelled, their engines stopped and recorded, before it ends
-            self.cancel(ray, lanes, "interrupted: servediff was stopped (SIGINT or SIGTERM)"
+            self.cancel(ray, rooms, "interrupted: servediff was stopped (SIGINT or SIGTERM)"
                         if isinstance(exc, KeyboardInterrupt) else
                         f"cancelled: the run stopped ({exc})")
             raise
         finally:
-            for lane in lanes:
-                if lane.group is not None:
-                    remove_placement_group(lane.group)
+            for room in rooms:
+                if room.group is not None:
+                    remove_placement_group(room.group)
 
-    def dispatch(self, ray: Any, lane: Lane, lanes: list[Lane]) -> None:
-        """Start the lane's next load if its room is ready and the node allows it."""
+    def dispatch(self, ray: Any, room: Room, rooms: list[Room]) -> None:
+        """Start the room's next load if its room is ready and the node allows it."""
         from ray.util.placement_group import placement_group_table, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         policy = self.policy
-        while lane.ref is None and lane.loads:
-            arm, load, phase = lane.loads[0]
+        while room.ref is None and room.loads:
+            arm, load, phase = room.loads[0]
             todo = policy.todo(arm, load, phase)
-            if not lane.started:
-                lane.started, lane.barren = policy.may_start(arm, load, phase), 0
-            if not lane.started or not policy.again(todo, lane.barren):
-                lane.loads.popleft()
-                if lane.started:
+            if not room.started:
+                room.started, room.unproductive = policy.may_start(arm, load, phase), 0
+            if not room.started or not policy.again(todo, room.unproductive):
+                room.loads.popleft()
+                if room.started:
                     policy.finished(arm, load, phase)
-                lane.started = False
-                if not lane.loads:  # a finished comparison gives its room back
-                    remove_placement_group(lane.group)
-                    lane.group = None
+                room.started = False
+                if not room.loads:  # a finished comparison gives its room back
+                    remove_placement_group(room.group)
+                    room.group = None
                 continue
-            if lane.node is None:
+            if room.node is None:
                 # the room is ready once Ray has reserved its bundle on a node
-                table = placement_group_table(lane.group)
+                table = placement_group_table(room.group)
                 if table.get("state") != "CREATED":
                     return
-                lane.node = table["bundles_to_node_id"][0]
+                room.node = table["bundles_to_node_id"][0]
                 # its class, read while the node is alive: a lost node's room moves to one
                 # of the same GPU model
-                lane.room_class = lane.room_class or self.room_class(ray, lane.node)
-            if not node_allows(phase, lane, lanes):
+                room.node_class = room.node_class or self.node_class(ray, room.node)
+            if not node_allows(phase, room, rooms):
                 return  # a cost load has its node to itself
-            lane.job = LoadJob(plan=self.room.plan, corpus=self.room.corpus, arm=arm,
+            room.job = LoadJob(plan=self.context.plan, corpus=self.context.corpus, arm=arm,
                                load=load, phase=phase, todo=todo,
                                base_dir=str(self.base_dir.resolve()), run_id=self.run_id,
                                seeds=self.seeds(arm, load, phase, todo))
-            lane.before = policy.progress(todo)
-            self.room.observer.load_starting(
-                arm, load, len(self.room.load_record(arm, load, phase).launches) + 1, phase)
-            scale = self.room.plan.scale
-            lane.ref = self.remote_load.options(
+            room.before = policy.progress(todo)
+            self.context.observer.load_starting(
+                arm, load, len(self.context.load_record(arm, load, phase).launches) + 1, phase)
+            scale = self.context.plan.scale
+            room.ref = self.remote_load.options(
                 num_cpus=scale.cpus_per_load, num_gpus=scale.gpus_per_load,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    lane.group, placement_group_bundle_index=0)).remote(lane.job)
+                    room.group, placement_group_bundle_index=0)).remote(room.job)
 
     def seeds(self, arm: str, load: int, phase: Phase, todo: list[Any]) -> dict[str, bytes]:
         """What the bundle holds of the load so far, for the worker's scratch directory."""
         return worker.collect(self.layout.root, load_name(arm, load, phase), todo)
 
-    def collect(self, ray: Any, lane: Lane, bundle: dict[str, float], placement_group: Any,
+    def collect(self, ray: Any, room: Room, bundle: dict[str, float], placement_group: Any,
                 remove_placement_group: Any) -> None:
         """Merge a finished (or lost) load into the bundle and decide what runs next."""
-        job, ref = lane.job, lane.ref
+        job, ref = room.job, room.ref
         assert job is not None
-        lane.ref = lane.job = None
+        room.ref = room.job = None
         error: ServediffError | None = None
         try:
             result: LoadResult = ray.get(ref)
@@ -239,50 +239,50 @@ class RayRunner(Runner):
             cause = exc.cause
             if isinstance(cause, ServediffError):
                 error = cause
-            result = self.lost(ray, lane, job, f"the load's worker failed: {cause!r}")
+            result = self.lost(ray, room, job, f"the load's worker failed: {cause!r}")
         except ray.exceptions.RayError as exc:
-            result = self.lost(ray, lane, job, "the Ray worker running this load was lost "
+            result = self.lost(ray, room, job, "the Ray worker running this load was lost "
                                f"({type(exc).__name__})")
-            if result.node == "" and lane.node is not None:
+            if result.node == "" and room.node is not None:
                 # the node is gone: a new room of the same class for the rest
-                remove_placement_group(lane.group)
-                lane.group = placement_group([{**bundle, **lane.room_class}],
+                remove_placement_group(room.group)
+                room.group = placement_group([{**bundle, **room.node_class}],
                                              strategy="STRICT_PACK")
-                lane.node = None
+                room.node = None
         self.merge(job, result)
         if error is not None:
             raise error
-        lane.barren = self.policy.barren(lane.before, job.todo, lane.barren)
+        room.unproductive = self.policy.after_launch(room.before, job.todo, room.unproductive)
 
-    def lost(self, ray: Any, lane: Lane, job: LoadJob, why: str) -> LoadResult:
+    def lost(self, ray: Any, room: Room, job: LoadJob, why: str) -> LoadResult:
         """Stop and record what is left of the load on its node; an empty result with no
         node when the node cannot be reached."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        self.room.observer.note(f"{job.name}: {why}")
-        if lane.node is None:
+        self.context.observer.note(f"{job.name}: {why}")
+        if room.node is None:
             return LoadResult(files={}, node="")
         try:
             found: LoadResult = ray.get(self.remote_reap.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(lane.node, soft=False)
+                scheduling_strategy=NodeAffinitySchedulingStrategy(room.node, soft=False)
             ).remote(job, why), timeout=300)
             return found
         except ray.exceptions.RayError as exc:
-            self.room.observer.note(f"{job.name}: its node cannot be reached ({exc!r}); "
+            self.context.observer.note(f"{job.name}: its node cannot be reached ({exc!r}); "
                                     "its engine could not be checked")
             # the launch is recorded here, since its own record went with the node
-            record = self.room.load_record(job.arm, job.load, job.phase)
+            record = self.context.load_record(job.arm, job.load, job.phase)
             now = time.time()
             record.launches.append(Launch(
                 attempt=len(record.launches) + 1, command=[], env_diff={}, options={},
-                host="", port=0, pid=0, started_at=now, finished_at=now, node=lane.node,
+                host="", port=0, pid=0, started_at=now, finished_at=now, node=room.node,
                 error=f"{why}; its node cannot be reached, so its engine could not be "
                       "checked or stopped by servediff"))
-            self.room.write_load(record)
+            self.context.write_load(record)
             return LoadResult(files={}, node="")
 
     @staticmethod
-    def room_class(ray: Any, node: str) -> dict[str, float]:
+    def node_class(ray: Any, node: str) -> dict[str, float]:
         """The GPU model of a node as a Ray resource (nodes with GPUs carry one)."""
         for n in ray.nodes():
             if n["NodeID"] == node:
@@ -303,22 +303,22 @@ class RayRunner(Runner):
                 if ref.startswith("partial/") and ref not in result.files:
                     path.unlink()
         write_manifest(root)
-        observer = self.room.observer
+        observer = self.context.observer
         for note in result.notes:
             observer.note(note)
-        record = self.room.load_record(job.arm, job.load, job.phase)
+        record = self.context.load_record(job.arm, job.load, job.phase)
         if record.launches and record.launches[-1].seconds_to_ready is not None:
             observer.load_ready(job.arm, job.load, record.launches[-1].seconds_to_ready,
                                 job.phase)
         for name, seconds in result.cells:
             observer.cell_finished(name, seconds)
 
-    def cancel(self, ray: Any, lanes: list[Lane], why: str) -> None:
+    def cancel(self, ray: Any, rooms: list[Room], why: str) -> None:
         """Ctrl-C: cancel the remote loads, then stop and record their engines."""
-        running = [lane for lane in lanes if lane.ref is not None]
-        for lane in running:
-            ray.cancel(lane.ref, force=True)
-        for lane in running:
-            assert lane.job is not None
-            self.merge(lane.job, self.lost(ray, lane, lane.job, why))
+        running = [room for room in rooms if room.ref is not None]
+        for room in running:
+            ray.cancel(room.ref, force=True)
+        for room in running:
+            assert room.job is not None
+            self.merge(room.job, self.lost(ray, room, room.job, why))
 

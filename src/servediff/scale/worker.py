@@ -18,6 +18,7 @@ from pathlib import Path
 
 from servediff import atomic
 from servediff.bundle import Layout, read_record
+from servediff.context import RunContext, ServedModel
 from servediff.corpus import Corpus
 from servediff.engines import registry
 from servediff.engines.process import EngineProcess, stop_stale
@@ -25,7 +26,6 @@ from servediff.evidence import LoadRecord, Phase, load_name
 from servediff.plan import Plan
 from servediff.runner import SilentObserver, measure_load, resolve_model
 from servediff.schedule import CellSpec
-from servediff.session import Model, Room
 
 
 @dataclass(frozen=True)
@@ -92,10 +92,10 @@ def collect(root: Path, name: str, cells: list[CellSpec]) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in load_files(root, name, cells)}
 
 
-_MODELS: dict[tuple[str, str | None, str, str], Model] = {}
+_MODELS: dict[tuple[str, str | None, str, str], ServedModel] = {}
 
 
-def _model(plan: Plan, base_dir: str) -> Model:
+def _model(plan: Plan, base_dir: str) -> ServedModel:
     """The model as this node serves it; a worker process measures many loads, so the
     weights are hashed once per process."""
     adapter = registry.create(plan.engine)
@@ -122,10 +122,10 @@ def run_load(job: LoadJob) -> LoadResult:
         atomic.write_bytes(root / ref, data)
     recorder = Recorder()
     node = node_id()
-    room = Room(plan=job.plan, corpus=job.corpus, adapter=registry.create(job.plan.engine),
+    context = RunContext(plan=job.plan, corpus=job.corpus, adapter=registry.create(job.plan.engine),
                 layout=Layout(root), observer=recorder, launcher=EngineProcess, node=node)
     (root / "logs").mkdir(parents=True, exist_ok=True)
-    measure_load(room, job.arm, job.load, job.phase, job.todo, _model(job.plan, job.base_dir))
+    measure_load(context, job.arm, job.load, job.phase, job.todo, _model(job.plan, job.base_dir))
     return LoadResult(files=collect(root, job.name, job.todo), node=node, notes=recorder.notes,
                       cells=recorder.cells)
 
