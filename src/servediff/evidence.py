@@ -17,7 +17,9 @@ SCHEMA_VERSION = 1
 RequestKind = Literal["score", "generate"]
 
 
-class Model(BaseModel):
+class Raw(BaseModel):
+    """The base of every raw evidence file's model: unknown keys are errors."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -53,7 +55,7 @@ class ProcessUse(BaseModel):
     cpu_cores: float
 
 
-class Conditions(Model):
+class Conditions(Raw):
     """What the box was doing when a cell ran."""
 
     time: float
@@ -78,7 +80,7 @@ class Conditions(Model):
     gpus_given: str | None = None
 
 
-class Record(Model):
+class Record(Raw):
     """One prompt sent and what came back, raw."""
 
     tag: str
@@ -96,7 +98,7 @@ class Record(Model):
     error: str | None = None
 
 
-class Response(Model):
+class Response(Raw):
     """One of the identical requests of a concurrency group."""
 
     index: int
@@ -113,7 +115,7 @@ class Response(Model):
     error: str | None = None
 
 
-class Group(Model):
+class Group(Raw):
     """`requests` identical requests for one prompt, `level` in flight at once.
 
     `kind` "generate": greedy generations (generated ids and their logprobs);
@@ -130,7 +132,7 @@ class Group(Model):
     responses: list[Response]
 
 
-class SpeedSample(Model):
+class SpeedSample(Raw):
     """One replicate of the speed probe at one prompt length.
 
     `ttft_s` is the latency of a one-token request; `total_s` of a request for
@@ -160,7 +162,7 @@ class SpeedSample(Model):
 Outcome = Literal["ok", "slow", "error", "hang", "timeout", "death"]
 
 
-class SweepPoint(Model):
+class SweepPoint(Raw):
     """`level` prompts of `length` tokens sent at once, and what became of the server."""
 
     length: int
@@ -186,7 +188,7 @@ class SweepPoint(Model):
     launch: int = 1
 
 
-class PrefixSample(Model):
+class PrefixSample(Raw):
     """One request of the prefix probe: the shared prefix plus question `index`."""
 
     index: int
@@ -203,7 +205,7 @@ ProbeName = str
 Phase = Literal["drift", "cost"]
 
 
-class Skipped(Model):
+class Skipped(Raw):
     """Something a probe planned and did not send, and why."""
 
     reason: str
@@ -212,7 +214,7 @@ class Skipped(Model):
     kind: RequestKind | None = None
 
 
-class Cell(Model):
+class Cell(Raw):
     schema_version: int = SCHEMA_VERSION
     arm: str
     load: int
@@ -249,7 +251,7 @@ class Cell(Model):
         return cell_name(self.arm, self.load, self.probe, self.repeat, self.phase)
 
 
-class Stop(Model):
+class Stop(Raw):
     died_before_stop: bool
     returncode: int | None
     signal: str | None
@@ -275,7 +277,7 @@ class Stop(Model):
 CachePolicy = Literal["fresh", "shared", "as-is"]
 
 
-class CacheDir(Model):
+class CacheDir(Raw):
     """One JIT or autotune cache of a launch: where it was and what it held."""
 
     env: str
@@ -290,7 +292,7 @@ class CacheDir(Model):
     removed: bool = False
 
 
-class Gate(Model):
+class Gate(Raw):
     """What the quiet-box check before this launch found (quiet.py)."""
 
     quiet: bool
@@ -302,7 +304,7 @@ class Gate(Model):
     foreign: list[ProcessUse] = Field(default_factory=list)
 
 
-class Launch(Model):
+class Launch(Raw):
     attempt: int
     command: list[str]
     env_diff: dict[str, str]
@@ -364,7 +366,7 @@ class Launch(Model):
         return str(self.engine.get("device_name") or self.engine.get("device"))
 
 
-class LoadRecord(Model):
+class LoadRecord(Raw):
     schema_version: int = SCHEMA_VERSION
     arm: str
     load: int

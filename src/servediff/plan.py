@@ -172,7 +172,7 @@ class ScrubSpec(Strict):
     deny_hosts: list[str] = Field(default_factory=list)
 
 
-class LaunchSpec(Strict):
+class LaunchSettings(Strict):
     # Command template; {model}, {host} and {port} are filled in per load and the
     # arm's args appended. Default: the engine's own (see `servediff engines`).
     command: list[str] | None = None
@@ -233,7 +233,7 @@ class Plan(Strict):
     probes: ProbesSpec = Field(default_factory=lambda: ProbesSpec())
     scoring: ScoringSpec = ScoringSpec()
     thresholds: ThresholdSpec = ThresholdSpec()
-    launch: LaunchSpec = LaunchSpec()
+    launch: LaunchSettings = LaunchSettings()
     scrub: ScrubSpec = ScrubSpec()
     quiet: QuietSpec = QuietSpec()
     # Cells of one comparison come from one machine; true lets a run resume on another

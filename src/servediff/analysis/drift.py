@@ -136,6 +136,8 @@ def signature(across: list[tuple[Cell, Cell, Comparison]],
             of=max((c.compared for *_, c in across), default=0),
             request_kinds=_kinds(bool(across_moved or control_moved),
                                  bool(gen_across or control_moved))))
+    if len(findings) == 1 and findings[0].kind == "across-load":
+        findings = [findings[0].model_copy(update={"only": True})]
     if findings:
         return Signature(name="drift", findings=findings)
     if not across and not within and conc is None and not batches and gen is None:

@@ -1,4 +1,4 @@
-"""What the analysis finds, typed: the schema of `summary.json` (schema version 2).
+"""What the analysis finds, typed: the schema of `summary.json` (SUMMARY_SCHEMA_VERSION).
 
 Analysis builds these from raw evidence and nothing else; `report/` turns them
 into words. No sentence is stored here: a signature, a claim, a gap or a
@@ -276,6 +276,8 @@ class DriftFinding(Finding):
     arm_batch_size: int | None = None
     control: bool | None = None
     reference_arm: str | None = None
+    # across-load: the signature's one finding (drift between cold loads and nowhere else)
+    only: bool = False
 
 
 class Signature(Finding):

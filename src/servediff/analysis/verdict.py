@@ -1,6 +1,7 @@
 """The verdict: claims per arm pair, each with its evidence and the regime it covers.
 
-Every arm is compared with the first arm of the plan (the baseline). A claim
+Each arm is compared with the baseline of its comparison (the first arm of
+its group in `plan.comparisons`; by default the plan's first arm). A claim
 is a kind (drift, cost, gain, within noise, survival, note), a topic with the
 numbers behind it (the cost analysis's own comparison objects, never
 recomputed here) and pointers to the evidence files. A cost always carries

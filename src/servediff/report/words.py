@@ -7,6 +7,8 @@ the same thing.
 
 from __future__ import annotations
 
+from functools import singledispatch
+
 from servediff import probes
 from servediff.analysis.findings import (
     ArmDrift,
@@ -17,6 +19,7 @@ from servediff.analysis.findings import (
     DriftFinding,
     FailedLaunch,
     FailureClaim,
+    Finding,
     Gap,
     Metric,
     Pair,
@@ -80,7 +83,7 @@ def n3(x: float | None, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
-def finding_text(f: DriftFinding, first: bool) -> str:
+def finding_text(f: DriftFinding) -> str:
     if f.kind == "non-deterministic alone":
         return "non-deterministic alone (concurrency-1 control failed)"
     if f.kind == "within-load":
@@ -99,7 +102,7 @@ def finding_text(f: DriftFinding, first: bool) -> str:
     if f.kind == "cache-dependent":
         return (f"cache-dependent ({f.count} of {f.of} groups: responses served from the "
                 "prefix cache differ from those computed fresh)")
-    return "across-load only" if first else "across-load"
+    return "across-load only" if f.only else "across-load"
 
 
 def _parts(sig: Signature) -> list[tuple[str, str]]:
@@ -107,8 +110,8 @@ def _parts(sig: Signature) -> list[tuple[str, str]]:
     if sig.name != "drift":
         return [(sig.name, sig.name)]
     out = []
-    for i, f in enumerate(sig.findings):
-        text = finding_text(f, first=i == 0)
+    for f in sig.findings:
+        text = finding_text(f)
         out.append((text.split(" (")[0], text))
     return out
 
@@ -262,33 +265,68 @@ def _startup_text(c: StartupClaim) -> str:
     return f"start-up to ready: {size} ({s.mean_b / s.mean_a - 1:+.0%})"
 
 
-def claim_text(c: Claim) -> str:
-    if isinstance(c, DriftClaim):
-        tail = (f" (max |dNLL| {c.max_abs_delta:.3g})" if c.moved else
-                " (bit-identical)" if c.bit_identical else "")
-        return (f"`{c.arm}` moved {c.moved} of {c.compared} texts between cold loads "
-                f"{c.load_a} and {c.load_b}{tail}")
-    if isinstance(c, SignatureClaim):
-        return f"`{c.arm}` drift signature: {signature_text(c.signature)}"
-    if isinstance(c, SpeedClaim):
-        return _speed_text(c)
-    if isinstance(c, TrendClaim):
-        at_once = f", {c.trend.concurrency} at once" if c.trend.concurrency > 1 else ""
-        return (f"`{c.arm}`: {METRIC_NAMES[c.trend.metric]} at {c.trend.prompt_tokens} tokens"
-                f"{at_once} moved in one direction over every replicate "
-                "(thermal or cache artefact?)")
-    if isinstance(c, CapacityClaim):
-        return _capacity_text(c)
-    if isinstance(c, FailureClaim):
-        tail = (" (both arms failed there)" if c.both_failed else
-                f" (a gain for `{c.gain_for}`, which held there)" if c.gain_for else "")
-        return failure_text(c.arm, c.point) + tail
-    if isinstance(c, SurvivalClaim):
-        return survival_text(c)
-    if isinstance(c, PrefixClaim):
-        return _prefix_text(c)
-    if isinstance(c, RefusedClaim):
-        return refused_text(c.arm, c.message, c.launches)
+# One renderer per claim class (singledispatch): a new claim class without its words fails
+# loudly at the first report instead of falling through to another class's sentence.
+@singledispatch
+def claim_text(c: Finding) -> str:
+    raise TypeError(f"no words for a {type(c).__name__}")
+
+
+@claim_text.register
+def _(c: DriftClaim) -> str:
+    tail = (f" (max |dNLL| {c.max_abs_delta:.3g})" if c.moved else
+            " (bit-identical)" if c.bit_identical else "")
+    return (f"`{c.arm}` moved {c.moved} of {c.compared} texts between cold loads "
+            f"{c.load_a} and {c.load_b}{tail}")
+
+
+@claim_text.register
+def _(c: SignatureClaim) -> str:
+    return f"`{c.arm}` drift signature: {signature_text(c.signature)}"
+
+
+@claim_text.register
+def _(c: SpeedClaim) -> str:
+    return _speed_text(c)
+
+
+@claim_text.register
+def _(c: TrendClaim) -> str:
+    at_once = f", {c.trend.concurrency} at once" if c.trend.concurrency > 1 else ""
+    return (f"`{c.arm}`: {METRIC_NAMES[c.trend.metric]} at {c.trend.prompt_tokens} tokens"
+            f"{at_once} moved in one direction over every replicate "
+            "(thermal or cache artefact?)")
+
+
+@claim_text.register
+def _(c: CapacityClaim) -> str:
+    return _capacity_text(c)
+
+
+@claim_text.register
+def _(c: FailureClaim) -> str:
+    tail = (" (both arms failed there)" if c.both_failed else
+            f" (a gain for `{c.gain_for}`, which held there)" if c.gain_for else "")
+    return failure_text(c.arm, c.point) + tail
+
+
+@claim_text.register
+def _(c: SurvivalClaim) -> str:
+    return survival_text(c)
+
+
+@claim_text.register
+def _(c: PrefixClaim) -> str:
+    return _prefix_text(c)
+
+
+@claim_text.register
+def _(c: RefusedClaim) -> str:
+    return refused_text(c.arm, c.message, c.launches)
+
+
+@claim_text.register
+def _(c: StartupClaim) -> str:
     return _startup_text(c)
 
 
@@ -309,32 +347,57 @@ def shown_kind(c: Claim) -> str | None:
     return c.kind if c.kind in SHOWN else None
 
 
-def claim_regime(c: Claim) -> str:
+@singledispatch
+def claim_regime(c: Finding) -> str:
     """The regime a claim covers, in words ("" where it states none)."""
-    if isinstance(c, DriftClaim):
-        return f"{c.compared} texts, teacher-forced"
-    if isinstance(c, SignatureClaim):
-        return "drift probes run"
-    if isinstance(c, SpeedClaim):
-        row = c.comparison
-        if row.difference_band95 is None:
-            return ""
-        return (f"{row.prompt_tokens} prompt tokens, {in_flight(row.concurrency)}, "
-                f"{row.replicates[0]}+{row.replicates[1]} replicates")
-    if isinstance(c, CapacityClaim):
-        if not (c.value_a and c.value_b):
-            return ""
-        return ("as the engine reported it at start-up" if c.what == "kv"
-                else "as the engine reported it")
-    if isinstance(c, FailureClaim):
-        return f"sweep level {c.point.level}"
-    if isinstance(c, SurvivalClaim):
-        return f"sweep lengths {c.lengths[0]:,}..{c.lengths[-1]:,}" if c.lengths else "sweep"
-    if isinstance(c, PrefixClaim):
-        return f"a shared prefix, {c.prompt_tokens} prompt tokens per request, one at a time"
-    if isinstance(c, StartupClaim):
-        return f"{c.comparison.starts[0]}+{c.comparison.starts[1]} starts"
     return ""
+
+
+@claim_regime.register
+def _(c: DriftClaim) -> str:
+    return f"{c.compared} texts, teacher-forced"
+
+
+@claim_regime.register
+def _(c: SignatureClaim) -> str:
+    return "drift probes run"
+
+
+@claim_regime.register
+def _(c: SpeedClaim) -> str:
+    row = c.comparison
+    if row.difference_band95 is None:
+        return ""
+    return (f"{row.prompt_tokens} prompt tokens, {in_flight(row.concurrency)}, "
+            f"{row.replicates[0]}+{row.replicates[1]} replicates")
+
+
+@claim_regime.register
+def _(c: CapacityClaim) -> str:
+    if not (c.value_a and c.value_b):
+        return ""
+    return "as the engine reported it at start-up" if c.what == "kv" else \
+        "as the engine reported it"
+
+
+@claim_regime.register
+def _(c: FailureClaim) -> str:
+    return f"sweep level {c.point.level}"
+
+
+@claim_regime.register
+def _(c: SurvivalClaim) -> str:
+    return f"sweep lengths {c.lengths[0]:,}..{c.lengths[-1]:,}" if c.lengths else "sweep"
+
+
+@claim_regime.register
+def _(c: PrefixClaim) -> str:
+    return f"a shared prefix, {c.prompt_tokens} prompt tokens per request, one at a time"
+
+
+@claim_regime.register
+def _(c: StartupClaim) -> str:
+    return f"{c.comparison.starts[0]}+{c.comparison.starts[1]} starts"
 
 
 def coverage_text(c: Coverage) -> str:
