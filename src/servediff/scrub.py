@@ -39,6 +39,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
@@ -184,11 +185,22 @@ def fold(text: str) -> tuple[str, list[int]]:
     return "".join(out), origin
 
 
-Rule = Callable[[str, Policy], Iterator[Span]]
+Finder = Callable[[str, Policy], Iterator[Span]]
 
 
-def _regex_rule(kind: str, pattern: str, group: int = 0, flags: int = 0) -> Rule:
+@dataclass(frozen=True)
+class Rule:
+    """A finder and its priority: where two findings overlap, the rule of the lower
+    priority number wins, then the longer span."""
+
+    priority: int
+    find: Finder
+
+
+def _regex_rule(kind: str, pattern: str, flags: int = 0) -> Finder:
+    """A finder for `pattern`: its group `found` where it has one, else the whole match."""
     compiled = re.compile(pattern, flags)
+    group = "found" if "found" in compiled.groupindex else 0
 
     def find(text: str, policy: Policy) -> Iterator[Span]:
         for m in compiled.finditer(text):
@@ -197,7 +209,9 @@ def _regex_rule(kind: str, pattern: str, group: int = 0, flags: int = 0) -> Rule
     return find
 
 
+@cache
 def _plugins() -> list[tuple[str, bool, Any]]:
+    """The detect-secrets plugins servediff uses, built once (they keep no state)."""
     mapping: dict[str, Any] = get_mapping_from_secret_type_to_class()
     out = []
     for name in DETECTORS:
@@ -354,62 +368,89 @@ def _tail(path: str) -> str:
     return f"/.../{last}" if keeps_name(last) else "/..."
 
 
-def _hf(m: re.Match[str], authority: str, path: str) -> Iterator[Span]:
+URL = re.compile(r"(?i)\b(?P<scheme>[a-z][a-z0-9+.-]*)://(?:(?P<user>[^\s/@]+)@)?"
+                 r"(?P<host>\[[0-9a-f:.%]+\]|[^\s/:?#'\"<>)@]+)(?P<port>:\d+)?"
+                 r"(?P<path>/[^\s'\"<>)]*)?")
+
+
+@dataclass(frozen=True)
+class Url:
+    """A URL found in the text, parsed once (URL's named groups), with where each part
+    starts; the rules below decide from it what goes."""
+
+    scheme: str
+    user: str | None
+    user_at: int
+    host: str
+    host_at: int
+    path: str
+    path_at: int
+    end: int
+
+    @classmethod
+    def of(cls, m: re.Match[str]) -> Url:
+        return cls(scheme=m.group("scheme").lower(), user=m.group("user"),
+                   user_at=m.start("user"), host=m.group("host"), host_at=m.start("host"),
+                   path=m.group("path") or "",
+                   path_at=m.start("path") if m.group("path") else m.end(), end=m.end())
+
+
+def _hf(url: Url) -> Iterator[Span]:
     """hf://[datasets|spaces|models/]org/repo/...: the repository may be private."""
-    parts = [authority, *[p for p in path.split("/") if p]]
+    parts = [url.host, *[p for p in url.path.split("/") if p]]
     lead = parts[0] if parts[0] in ("datasets", "spaces", "models") else None
     repo = parts[1:3] if lead else parts[0:2]
     if repo[:1] == ["REPO"]:
         return  # scrubbed already
     rest = parts[3:] if lead else parts[2:]
-    start = m.start(3) + (len(lead) + 1 if lead else 0)
+    start = url.host_at + (len(lead) + 1 if lead else 0)
     end = start + len("/".join(repo))
     yield Span(start, end, "repository")
     if rest:
-        yield Span(end, m.end(), "path", _tail("/".join(rest)))
+        yield Span(end, url.end, "path", _tail("/".join(rest)))
 
 
-def _store(m: re.Match[str], store: re.Match[str], path: str) -> Iterator[Span]:
-    """A cloud storage host: the bucket in its first label or its first path segment."""
-    if store.group("sub"):
-        yield Span(m.start(3), m.start(3) + len(store.group("sub")), "bucket")
+def _store(url: Url, sub: str | None) -> Iterator[Span]:
+    """A cloud storage host: the bucket in its first label (`sub`) or its first path
+    segment."""
+    path = url.path
+    if sub:
+        yield Span(url.host_at, url.host_at + len(sub), "bucket")
         if path.strip("/"):
-            yield Span(m.start(5), m.end(5), "path", _tail(path))
+            yield Span(url.path_at, url.end, "path", _tail(path))
         return
     if not path.strip("/"):
         return
     first = path.strip("/").split("/")[0]
-    start = m.start(5) + path.index(first)
+    start = url.path_at + path.index(first)
     yield Span(start, start + len(first), "bucket")
     rest = path[path.index(first) + len(first):]
     if rest.strip("/"):
-        yield Span(start + len(first), m.end(5), "path", _tail(rest))
+        yield Span(start + len(first), url.end, "path", _tail(rest))
 
 
 def _urls(text: str, policy: Policy) -> Iterator[Span]:
     """Hosts in URLs (the private ones), and the bucket, container or account of an
     object store, with the private part of the object path."""
-    for m in re.finditer(r"(?i)\b([a-z][a-z0-9+.-]*)://(?:([^\s/@]+)@)?"
-                         r"(\[[0-9a-f:.%]+\]|[^\s/:?#'\"<>)@]+)(:\d+)?(/[^\s'\"<>)]*)?", text):
-        scheme, authority, path = m.group(1).lower(), m.group(3), m.group(5) or ""
-        user = m.group(2)
-        if user and ":" not in user and user not in PLACEHOLDERS and scheme not in STORE_SCHEMES:
-            yield Span(m.start(2), m.end(2), "username")  # https://someone@host/...
-        if scheme == "hf":
-            yield from _hf(m, authority, path)
-        elif scheme in STORE_SCHEMES:
+    for url in map(Url.of, URL.finditer(text)):
+        user, host = url.user, url.host
+        if user and ":" not in user and user not in PLACEHOLDERS and \
+                url.scheme not in STORE_SCHEMES:
+            yield Span(url.user_at, url.user_at + len(user), "username")  # https://me@host/
+        if url.scheme == "hf":
+            yield from _hf(url)
+        elif url.scheme in STORE_SCHEMES:
             # abfss://container@account.dfs.core.windows.net: container and account go
-            start = m.start(2) if m.group(2) else m.start(3)
-            end = m.end(3) if not STORE_HOSTS.match(authority) else \
-                m.start(3) + authority.index(".")
+            start = url.user_at if user else url.host_at
+            end = url.host_at + (len(host) if not STORE_HOSTS.match(host) else host.index("."))
             yield Span(start, end, "bucket")
-            if path.strip("/"):
-                yield Span(m.start(5), m.end(5), "path", _tail(path))
-        elif store := STORE_HOSTS.match(authority.strip("[]")):
-            yield from _store(m, store, path)
-        elif not (re.fullmatch(r"[\d.]+|\[[0-9a-f:.%]+\]", authority, re.IGNORECASE)
-                  or authority.lower() in ("localhost", "host") or policy.public(authority)):
-            yield Span(m.start(3), m.end(3), "hostname")
+            if url.path.strip("/"):
+                yield Span(url.path_at, url.end, "path", _tail(url.path))
+        elif store := STORE_HOSTS.match(host.strip("[]")):
+            yield from _store(url, store.group("sub"))
+        elif not (re.fullmatch(r"[\d.]+|\[[0-9a-f:.%]+\]", host, re.IGNORECASE)
+                  or host.lower() in ("localhost", "host") or policy.public(host)):
+            yield Span(url.host_at, url.host_at + len(host), "hostname")
 
 
 def _paths(text: str, policy: Policy) -> Iterator[Span]:
@@ -430,43 +471,53 @@ def _paths(text: str, policy: Policy) -> Iterator[Span]:
         yield Span(m.start(1), m.end(1), "path", "/PATH" + _tail(m.group(1)))
 
 
-RULES: list[Rule] = [
-    _regex_rule("private key", r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?"
-                r"(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)"),
-    _regex_rule("authorization header", r"(?im)\b(?:proxy-)?authorization[\"']?\s*[:=]\s*"
-                r"[\"']?((?:bearer|basic|token|digest)\s+[^\s\"',]+|[^\s\"',]+)", 1),
-    _regex_rule("bearer token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
-    _regex_rule("cookie", r"(?im)\b(?:set-)?cookie[\"']?\s*[:=]\s*[\"']?([^\n\"']+)", 1),
-    _regex_rule("url credentials", r"(?i)\b[a-z][a-z0-9+.-]*://([^\s/@:]+:[^\s/@]+)@", 1),
-    _regex_rule("token", r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}"),
-    _regex_rule("token", r"\bhf_[A-Za-z0-9]{20,}"),
-    _regex_rule("token", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,}"),
-    _regex_rule("token", r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),
-    _regex_rule("token", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    _detect_secrets,
-    _secret_assignments,
-    _urls,
-    _regex_rule("e-mail address",
-                r"\b(?!(?:REDACTED|USER)@)[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
-    _regex_rule("user@host", r"(?<![\w/.@-])[a-z_][a-z0-9_.-]{0,31}@"
-                r"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)(?=[\s:'\"\]),;]|$)"),
-    _regex_rule("username", r"(?i)\b(?:user(?:name)?|login|owner|USER)\s*[=:]\s*[\"']?"
-                r"([A-Za-z_][A-Za-z0-9_.-]{0,31})", 1),
-    _regex_rule("username", r"(?i)--(?:user(?:name)?|login)(?:\s+|=)([A-Za-z_][\w.-]{0,31})", 1),
-    _ipv6,
-    _ipv4,
-    _log_prefixes,
-    _hostnames,
-    _paths,
-    _high_entropy,
-]
+# Priorities, lowest first: secrets of a known shape, then detect-secrets and secret
+# assignments, then URLs and the names in them, addresses, hosts and paths, and last any
+# long high-entropy string. Where two findings overlap, the lower number wins.
+RULES: list[Rule] = sorted([
+    Rule(10, _regex_rule("private key", r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?"
+                         r"(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)")),
+    Rule(20, _regex_rule("authorization header",
+                         r"(?im)\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?P<found>"
+                         r"(?:bearer|basic|token|digest)\s+[^\s\"',]+|[^\s\"',]+)")),
+    Rule(30, _regex_rule("bearer token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}")),
+    Rule(40, _regex_rule("cookie",
+                         r"(?im)\b(?:set-)?cookie[\"']?\s*[:=]\s*[\"']?(?P<found>[^\n\"']+)")),
+    Rule(50, _regex_rule("url credentials",
+                         r"(?i)\b[a-z][a-z0-9+.-]*://(?P<found>[^\s/@:]+:[^\s/@]+)@")),
+    Rule(60, _regex_rule("token", r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}"
+                                  r"\.[A-Za-z0-9_-]{5,}")),
+    Rule(60, _regex_rule("token", r"\bhf_[A-Za-z0-9]{20,}")),
+    Rule(60, _regex_rule("token", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,}")),
+    Rule(60, _regex_rule("token", r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}"
+                                  r"|github_pat_[A-Za-z0-9_]{20,})")),
+    Rule(60, _regex_rule("token", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    Rule(70, _detect_secrets),
+    Rule(80, _secret_assignments),
+    Rule(90, _urls),
+    Rule(100, _regex_rule("e-mail address", r"\b(?!(?:REDACTED|USER)@)[A-Za-z0-9._%+-]+@"
+                          r"[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")),
+    Rule(110, _regex_rule("user@host", r"(?<![\w/.@-])[a-z_][a-z0-9_.-]{0,31}@"
+                          r"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)(?=[\s:'\"\]),;]|$)")),
+    Rule(120, _regex_rule("username", r"(?i)\b(?:user(?:name)?|login|owner|USER)\s*[=:]\s*"
+                          r"[\"']?(?P<found>[A-Za-z_][A-Za-z0-9_.-]{0,31})")),
+    Rule(120, _regex_rule("username", r"(?i)--(?:user(?:name)?|login)(?:\s+|=)"
+                          r"(?P<found>[A-Za-z_][\w.-]{0,31})")),
+    Rule(130, _ipv6),
+    Rule(140, _ipv4),
+    Rule(150, _log_prefixes),
+    Rule(160, _hostnames),
+    Rule(170, _paths),
+    Rule(180, _high_entropy),
+], key=lambda r: r.priority)
 
 
 def spans(folded: str, policy: Policy = DEFAULT) -> list[Span]:
-    """Every finding, overlaps resolved: earlier rules win, then longer spans."""
+    """Every finding, overlaps resolved: the rule of lower priority number wins, then the
+    longer span."""
     found: list[tuple[int, Span]] = []
-    for priority, rule in enumerate(RULES):
-        found += [(priority, s) for s in rule(folded, policy) if s.end > s.start]
+    for rule in RULES:
+        found += [(rule.priority, s) for s in rule.find(folded, policy) if s.end > s.start]
     found.sort(key=lambda x: (x[0], -(x[1].end - x[1].start)))
     taken: list[Span] = []
     for _, s in found:

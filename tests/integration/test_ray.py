@@ -323,12 +323,13 @@ def test_the_ray_runner_announces_failed_drift_loads_before_its_cost_loads(
         runner.run()
     finally:
         ray.shutdown()
+    errors = [x["error"] for x in launches(tmp_path / "run") if x["error"]]
     assert observer.events == [
         ("start", "good", 1, "drift"),
         ("drift", ("good",), ("bad",)),
         ("start", "bad", 1, "drift"), ("start", "bad", 1, "drift"),
         ("drift", ("good",), ("bad",)),  # before the cost loads: bad's drift loads failed
-        ("start", "good", 1, "cost")]
+        ("start", "good", 1, "cost")], errors
     assert sorted(p.stem for p in (tmp_path / "run" / "cells").glob("*.json")) == [
         "good-cost1-speed", "good-load1-score"]
     refused = json.loads((tmp_path / "run" / "loads" / "bad-load1.json").read_text())
