@@ -28,12 +28,12 @@ if TYPE_CHECKING:
 
 # section in the plan -> the probe's class; the order is the order its cells run in a load
 PROBES: dict[str, str] = {
-    "repeat": "servediff.probes.score:Score",
-    "concurrency": "servediff.probes.concurrency:Concurrency",
-    "generate": "servediff.probes.generate:Generate",
-    "speed": "servediff.probes.speed:Speed",
-    "prefix": "servediff.probes.prefix:Prefix",
-    "sweep": "servediff.probes.sweep:Sweep",
+    "repeat": "servediff.probes.score:ScoreProbe",
+    "concurrency": "servediff.probes.concurrency:ConcurrencyProbe",
+    "generate": "servediff.probes.generate:GenerateProbe",
+    "speed": "servediff.probes.speed:SpeedProbe",
+    "prefix": "servediff.probes.prefix:PrefixProbe",
+    "sweep": "servediff.probes.sweep:SweepProbe",
 }
 
 

@@ -84,7 +84,7 @@ def prompt_of_length(stream: list[int], head: list[int], length: int) -> list[in
     return head + (stream * reps)[:body]
 
 
-class Concurrency(Probe[ConcurrencySettings]):
+class ConcurrencyProbe(Probe[ConcurrencySettings]):
     settings = ConcurrencySettings
     names = ("concurrency",)
     phase = "drift"

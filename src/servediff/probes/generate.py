@@ -35,7 +35,7 @@ class GenerateSettings(ProbeSettings):
     repeats: Annotated[int, Field(ge=1, le=64)] = 2
 
 
-class Generate(Probe[GenerateSettings]):
+class GenerateProbe(Probe[GenerateSettings]):
     settings = GenerateSettings
     names = ("generate",)
     phase = "drift"

@@ -45,7 +45,7 @@ def prefix_size(spec: PrefixSettings, context: int | None) -> int:
     return min(size, context - spec.question_tokens - 1) if context else size
 
 
-class Prefix(Probe[PrefixSettings]):
+class PrefixProbe(Probe[PrefixSettings]):
     settings = PrefixSettings
     names = ("prefix",)
     phase = "cost"

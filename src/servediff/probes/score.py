@@ -76,7 +76,7 @@ def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
         yield items[i:i + size]
 
 
-class Score(Probe[RepeatSettings]):
+class ScoreProbe(Probe[RepeatSettings]):
     settings = RepeatSettings
     names = ("score", "repeat", "batch")
     phase = "drift"

@@ -68,7 +68,7 @@ def _timed(ctx: ProbeContext, ids: list[int], max_tokens: int) -> tuple[Generate
     return out, time.monotonic() - t0
 
 
-class Speed(Probe[SpeedSettings]):
+class SpeedProbe(Probe[SpeedSettings]):
     settings = SpeedSettings
     names = ("speed",)
     phase = "cost"

@@ -157,7 +157,7 @@ def send(adapter: EngineAdapter, client: EngineClient, options: EngineOptions,
     return SweepPoint(**base, outcome="error", http_status=first.status, error=str(first))
 
 
-class Sweep(Probe[SweepSettings]):
+class SweepProbe(Probe[SweepSettings]):
     settings = SweepSettings
     names = ("sweep",)
     phase = "cost"

@@ -75,7 +75,7 @@ FAILED = {"death": "the server died", "hang": "requests hung", "timeout": "reque
           "error": "an error response came"}
 
 
-def n3(x: float | None, digits: int = 3) -> str:
+def num3(x: float | None, digits: int = 3) -> str:
     if x is None:
         return "n/a"
     if abs(x) >= 1000:
@@ -209,8 +209,8 @@ def _speed_text(c: SpeedClaim) -> str:
                 f"{row.replicates[1]})")
     lo, hi = row.difference_band95
     rel = "" if row.relative is None else f" ({row.relative:+.1%})"
-    band = f"95 % band of the difference [{n3(lo)}, {n3(hi)}]"
-    size = f"`{c.arm}` {n3(row.mean_b)} vs `{c.baseline}` {n3(row.mean_a)}{rel}"
+    band = f"95 % band of the difference [{num3(lo)}, {num3(hi)}]"
+    size = f"`{c.arm}` {num3(row.mean_b)} vs `{c.baseline}` {num3(row.mean_a)}{rel}"
     if row.busy:
         text = (f"{where}: {size}, measured on a busy machine ({len(row.busy)} of its cells, "
                 f"e.g. {row.busy[0]}): not a cost or a gain; measure again on a quiet one")
@@ -220,14 +220,14 @@ def _speed_text(c: SpeedClaim) -> str:
         text = f"{where}: {size}, a {row.verdict} outside the noise ({band})"
     if row.follows_order and row.order_difference is not None:
         text += (f"; the difference follows run order more than arm (cost loads that ran "
-                 f"first minus those that ran last: {n3(row.order_difference)})")
+                 f"first minus those that ran last: {num3(row.order_difference)})")
     return text
 
 
 def _capacity_text(c: CapacityClaim) -> str:
     a, b, va, vb = c.baseline, c.arm, c.value_a, c.value_b
     if c.what == "concurrency" and va and vb:
-        return f"maximum concurrency: `{b}` {n3(vb)} vs `{a}` {n3(va)} ({vb / va - 1:+.0%})"
+        return f"maximum concurrency: `{b}` {num3(vb)} vs `{a}` {num3(va)} ({vb / va - 1:+.0%})"
     if not (va and vb):
         return f"KV pool reported for one arm only ({a}: {_int(va)}, {b}: {_int(vb)})"
     text = f"KV pool: `{b}` {vb:,} vs `{a}` {va:,} tokens ({vb / va - 1:+.0%})"
@@ -243,8 +243,8 @@ def _prefix_text(c: PrefixClaim) -> str:
     ta, tb = c.later_ttft_a, c.later_ttft_b
     if ca is None and cb is None:
         return (f"prefix reuse: neither arm reports cached tokens; TTFT of repeated requests "
-                f"`{a}` {n3(ta)} s vs `{b}` {n3(tb)} s")
-    ttft = (f"; TTFT of later requests {n3(tb)} s vs {n3(ta)} s"
+                f"`{a}` {num3(ta)} s vs `{b}` {num3(tb)} s")
+    ttft = (f"; TTFT of later requests {num3(tb)} s vs {num3(ta)} s"
             + (f" ({tb / ta:.1f}x)" if ta and tb else ""))
     tokens = c.prompt_tokens or 0
     if c.kind == "cost":
@@ -457,7 +457,7 @@ SOME_LOADS = {"repeat": "within-load repeats", "concurrency": "the concurrency g
 def gap_text(g: Gap) -> str:
     load = f"{'cost load' if g.phase == 'cost' else 'load'} {g.load}"
     texts = {
-        "loads missing": f"{g.arm}: {g.count} of {_whole(g.of)} planned loads have a score cell",
+        "loads missing": f"{g.arm}: {g.count} of {_count(g.of)} planned loads have a score cell",
         "external endpoint": "across-load drift: an external endpoint; servediff cannot reload "
                              "a server it did not start, so cold reloads were not compared",
         "one load": "across-load drift: one load per arm, so cold reloads were not compared",
@@ -472,10 +472,10 @@ def gap_text(g: Gap) -> str:
         "startup not compared": f"start-up to ready, `{g.arm}` vs the baseline: not compared; "
                                 f"an arm has {g.count} start(s), a noise band needs 3 each",
         "probe on some loads": f"{SOME_LOADS.get(g.reason or '', g.reason)}: ran in {g.count} "
-                               f"of {_whole(g.of)} drift loads per arm (the plan's `loads`)",
+                               f"of {_count(g.of)} drift loads per arm (the plan's `loads`)",
         "cost load refused": f"{g.arm} {load}: not measured, the machine was not quiet "
                              f"({g.reason}); run again on a quiet machine",
-        "cost loads missing": f"{g.arm}: {g.count} of {_whole(g.of)} planned cost loads "
+        "cost loads missing": f"{g.arm}: {g.count} of {_count(g.of)} planned cost loads "
                               "have a cell",
         "one cost load": "speed noise between loads: one cost load per arm, so load-to-load "
                          "noise was not estimated (the bands cover replicates in one load)",
@@ -483,7 +483,7 @@ def gap_text(g: Gap) -> str:
     return texts[g.kind]
 
 
-def _whole(x: float | None) -> str:
+def _count(x: float | None) -> str:
     return "?" if x is None else f"{x:g}"
 
 
