@@ -369,7 +369,7 @@ def cost_gaps(costs: Mapping[str, ArmCosts], comparisons: list[CostComparison],
             short = [p for p in s.points if p.achieved_ok is False]
             if short:
                 out.append(Gap(kind="sweep points short", arm=arm, count=len(short),
-                               of=plan.probes.get(SweepSettings).tolerance))
+                               tolerance=plan.probes.get(SweepSettings).tolerance))
         for skip in c.speed.skipped if c.speed else []:
             out.append(Gap(kind="speed skipped", arm=arm, length=skip.length,
                            reason=skip.reason))

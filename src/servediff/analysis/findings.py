@@ -670,7 +670,8 @@ GapKind = Literal[
     "no repeat",                # no within-load repeat ran
     "first request cached",     # `count` cached tokens on the first request after a start
     "sweep points missing",     # `count` planned points not measured (first: length x level)
-    "sweep points short",       # `count` points off the nominal length by more than `of` %
+    "sweep points short",       # `count` points off the nominal length by more than
+                                # `tolerance` (a fraction; schema 5 and before: `of`)
     "speed skipped",            # a speed length left out (`reason`)
     "startup not compared",     # fewer than three starts on an arm (`count` = the fewest)
     "one cost load",            # one cost load per arm: load-to-load noise not estimated
@@ -685,8 +686,10 @@ class Gap(Finding):
     arm: str | None = None
     load: int | None = None
     phase: Phase | None = None
+    # `count` of `of` (planned loads, drift loads, ...): both counts
     count: int | None = None
-    of: float | None = None
+    of: int | None = None
+    tolerance: float | None = None
     length: int | None = None
     level: int | None = None
     reason: str | None = None

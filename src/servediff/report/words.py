@@ -467,7 +467,7 @@ def gap_text(g: Gap) -> str:
         "sweep points missing": f"{g.arm}: {g.count} sweep point(s) not measured (e.g. "
                                 f"{g.length} tokens x {g.level})",
         "sweep points short": f"{g.arm}: {g.count} sweep point(s) whose achieved prompt tokens "
-                              f"are off the nominal length by more than {g.of or 0:.0%}",
+                              f"are off the nominal length by more than {g.tolerance or 0:.0%}",
         "speed skipped": f"{g.arm}: speed at {g.length} tokens: {g.reason}",
         "startup not compared": f"start-up to ready, `{g.arm}` vs the baseline: not compared; "
                                 f"an arm has {g.count} start(s), a noise band needs 3 each",
@@ -483,8 +483,8 @@ def gap_text(g: Gap) -> str:
     return texts[g.kind]
 
 
-def _count(x: float | None) -> str:
-    return "?" if x is None else f"{x:g}"
+def _count(x: int | None) -> str:
+    return "?" if x is None else str(x)
 
 
 def failed_launch_text(f: FailedLaunch) -> str:
