@@ -215,6 +215,10 @@ class Skipped(Raw):
 
 
 class Cell(Raw):
+    """One measured (arm, load, probe, repeat) unit, as its file holds it: what was sent and
+    what came back (per probe: records, groups, speed, sweep, prefix or a probe's own
+    `data`), its clocks, and the conditions of the box before and after it."""
+
     schema_version: int = SCHEMA_VERSION
     arm: str
     load: int
@@ -305,6 +309,9 @@ class Gate(Raw):
 
 
 class Launch(Raw):
+    """One start of a load's engine: how it was started (command, environment, caches,
+    gate), what it reported about itself when ready, how it ended (error, refusal, stop)."""
+
     attempt: int
     command: list[str]
     env_diff: dict[str, str]

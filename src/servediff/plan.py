@@ -173,6 +173,8 @@ class ScrubSpec(Strict):
 
 
 class LaunchSettings(Strict):
+    """The plan's `[launch]` table: how every arm's engine is started and stopped."""
+
     # Command template; {model}, {host} and {port} are filled in per load and the
     # arm's args appended. Default: the engine's own (see `servediff engines`).
     command: list[str] | None = None
@@ -218,6 +220,8 @@ class ScaleSpec(Strict):
 
 
 class Plan(Strict):
+    """A plan file, validated: the engine, the model, the arms, the probes, how to run them."""
+
     name: str = "unnamed"
     engine: str
     model: str

@@ -60,6 +60,8 @@ def resolve_model(plan: Plan, adapter: EngineAdapter, base_dir: Path,
 
 
 class Runner:
+    """The local run of a locked plan: its loads one after another on this machine."""
+
     def __init__(self, plan: Plan, corpus: Corpus, root: Path, base_dir: Path,
                  observer: Observer, launcher: Launcher = EngineProcess,
                  clients: ClientFactory = make_client) -> None:

@@ -92,6 +92,10 @@ def has_module(name: str) -> bool:
 
 
 class EngineAdapter(ABC):
+    """What servediff needs of an engine: how to launch it, read what it reports, tokenize,
+    score and generate. Transport, retries and timing are the base's; an adapter builds
+    payloads and parses answers."""
+
     name: ClassVar[str]
     capabilities: ClassVar[frozenset[str]]
     options_model: ClassVar[type[EngineOptions]] = EngineOptions

@@ -34,6 +34,9 @@ class _Waiting(Generic[Row, Result]):
 
 
 class Batcher(Generic[Row, Result]):
+    """Scoring requests that arrive together, padded into one forward pass (the embedded
+    engine's batching)."""
+
     def __init__(self, compute: Callable[[Hashable, list[Row]], list[Result]],
                  window_s: float = 0.005, max_rows: int = 8) -> None:
         self.compute = compute

@@ -201,6 +201,8 @@ class Engine:
 
 
 class Handler(BaseHTTPRequestHandler):
+    """The embedded server's HTTP endpoints: health, version, tokenize, completions."""
+
     engine: Engine
     protocol_version = "HTTP/1.1"
     # Headers and body go out in two writes: with Nagle's algorithm on, the body waits

@@ -83,6 +83,8 @@ def parse_position(body: Any) -> tuple[Position, int | None]:
 
 
 class LlamaCppAdapter(EngineAdapter):
+    """llama.cpp's llama-server: teacher-forced scores from `/completion` with `n_probs`."""
+
     name = "llamacpp"
     # healthy well under a second after start for SmolLM2 on a CPU
     typical_start_s = 2.0

@@ -146,6 +146,9 @@ class Launcher(Protocol):
 
 
 class EngineProcess:
+    """An engine started under the supervisor in a session of its own: alive, exit code,
+    and a stop that takes its whole process group down and records how."""
+
     def __init__(self, argv: list[str], env: dict[str, str], log_path: Path,
                  host: str, port: int) -> None:
         self.argv = argv

@@ -126,6 +126,9 @@ class SglangOptions(EngineOptions):
 
 
 class SglangAdapter(EngineAdapter):
+    """SGLang's server: `/generate` with input-token logprobs, `/get_server_info` for the KV
+    pool and radix cache, and its CPU path (docs/engines.md)."""
+
     name = "sglang"
     # measured on a 2-core AMD EPYC, SmolLM2-135M float32: ready in 22 to 24 s (2026-12-02)
     typical_start_s = 30.0

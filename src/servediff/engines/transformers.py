@@ -40,6 +40,8 @@ class TransformersOptions(EngineOptions):
 
 
 class TransformersAdapter(CompletionsAdapter):
+    """The embedded engine (hf_server.py): HF transformers behind the completions dialect."""
+
     name = "transformers"
     # 3-5 s for SmolLM2-135M on a 2-core CPU (the demo), 12-19 s for a 1.7B model on an
     # H200 (docs/validation/h200-transformers-cost)

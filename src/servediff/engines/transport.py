@@ -39,6 +39,9 @@ class Watch:
 
 
 class EngineClient:
+    """HTTP to one engine: explicit timeouts on every call, and past a request's timeout
+    the engine's own activity decides between slow and hung (`Watch`)."""
+
     def __init__(
         self,
         base_url: str,

@@ -64,6 +64,8 @@ def kv_from_metrics(text: str) -> dict[str, Any]:
 
 
 class VllmAdapter(CompletionsAdapter):
+    """vLLM's OpenAI server: prompt logprobs from `/v1/completions`, its own start-up log."""
+
     name = "vllm"
     # torch.compile and CUDA graphs at start: about a minute and a half, CPU or GPU
     typical_start_s = 90.0

@@ -54,6 +54,8 @@ S = TypeVar("S", bound=ProbeSettings)
 
 
 class Probe(ABC, Generic[S]):
+    """One pluggable probe: what it adds to a load, how it measures, how it is read back."""
+
     # Its settings model (whose `section` names the probe in the plan and the registry),
     # the probe names of the cells it measures (the score probe also measures its repeats
     # and batch-size passes), the phase of load it runs in, one line for `servediff init`

@@ -85,6 +85,8 @@ def prompt_of_length(stream: list[int], head: list[int], length: int) -> list[in
 
 
 class ConcurrencyProbe(Probe[ConcurrencySettings]):
+    """Identical requests alone and in flight together, per prompt length and kind."""
+
     settings = ConcurrencySettings
     names = ("concurrency",)
     phase = "drift"

@@ -36,6 +36,8 @@ class GenerateSettings(ProbeSettings):
 
 
 class GenerateProbe(Probe[GenerateSettings]):
+    """Greedy continuations of corpus texts, hashed and repeated within the load."""
+
     settings = GenerateSettings
     names = ("generate",)
     phase = "drift"

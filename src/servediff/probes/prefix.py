@@ -46,6 +46,8 @@ def prefix_size(spec: PrefixSettings, context: int | None) -> int:
 
 
 class PrefixProbe(Probe[PrefixSettings]):
+    """A long shared prefix, then different questions, one at a time."""
+
     settings = PrefixSettings
     names = ("prefix",)
     phase = "cost"

@@ -77,6 +77,8 @@ def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
 
 
 class ScoreProbe(Probe[RepeatSettings]):
+    """Every text teacher-forced, then again in the same load (repeats, batch sizes)."""
+
     settings = RepeatSettings
     names = ("score", "repeat", "batch")
     phase = "drift"

@@ -69,6 +69,8 @@ def _timed(ctx: ProbeContext, ids: list[int], max_tokens: int) -> tuple[Generate
 
 
 class SpeedProbe(Probe[SpeedSettings]):
+    """TTFT, prefill and decode speed per prompt length and level, in every cost load."""
+
     settings = SpeedSettings
     names = ("speed",)
     phase = "cost"

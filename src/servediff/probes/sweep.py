@@ -158,6 +158,8 @@ def send(adapter: EngineAdapter, client: EngineClient, options: EngineOptions,
 
 
 class SweepProbe(Probe[SweepSettings]):
+    """Prompt lengths up to the context and past it, alone and together: what survives."""
+
     settings = SweepSettings
     names = ("sweep",)
     phase = "cost"
