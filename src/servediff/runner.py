@@ -65,9 +65,9 @@ class Runner:
     def __init__(self, plan: Plan, corpus: Corpus, root: Path, base_dir: Path,
                  observer: Observer, launcher: Launcher = EngineProcess,
                  clients: ClientFactory = make_client) -> None:
-        self.context = RunContext(plan=plan, corpus=corpus, adapter=registry.create(plan.engine),
-                         layout=Layout(root), observer=observer, launcher=launcher,
-                         clients=clients)
+        self.context = RunContext(plan=plan, corpus=corpus,
+                                  adapter=registry.create(plan.engine), layout=Layout(root),
+                                  observer=observer, launcher=launcher, clients=clients)
         self.base_dir = base_dir
         self.policy = LoadPolicy(plan, self.context.layout, observer)
 
@@ -125,13 +125,12 @@ class Runner:
         write_manifest(self.layout.root)
         self.check_room()
         policy = self.policy
-        pending = [(arm, load, phase) for arm, load, phase in schedule(context.plan)
-                   if policy.todo(arm, load, phase)]
-        if not pending:
+        todo = {x: cells for x in schedule(context.plan) if (cells := policy.todo(*x))}
+        if not todo:
             context.observer.note("every cell of this plan is already measured; nothing to run")
             return
-        context.observer.run_starting(len(pending),
-                                   sum(len(policy.todo(*x)) for x in pending))
+        pending = list(todo)
+        context.observer.run_starting(len(pending), sum(map(len, todo.values())))
         policy.begin(pending[0][2])
         self.measure(pending)
 

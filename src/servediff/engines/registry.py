@@ -6,7 +6,7 @@ Adding an engine is one adapter module plus its line here.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from servediff.errors import PlanError
 
@@ -26,11 +26,17 @@ def known() -> str:
     return ", ".join(sorted(ENGINES))
 
 
+def instance(entry: str) -> Any:
+    """A new instance of a lazy registry entry `module:Class` (engines here, probes in
+    probes/__init__.py)."""
+    module, cls = entry.split(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
 def create(name: str) -> EngineAdapter:
     try:
         target = ENGINES[name]
     except KeyError:
         raise PlanError(f"unknown engine {name!r}; known engines: {known()}") from None
-    module, cls = target.split(":")
-    adapter: EngineAdapter = getattr(importlib.import_module(module), cls)()
+    adapter: EngineAdapter = instance(target)
     return adapter

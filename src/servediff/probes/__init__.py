@@ -11,13 +11,14 @@ registry.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from servediff.engines import registry
 
 if TYPE_CHECKING:
     from servediff.corpus import Corpus
@@ -39,8 +40,7 @@ PROBES: dict[str, str] = {
 
 @cache
 def _load(entry: str) -> Probe[Any]:
-    module, cls = entry.split(":")
-    probe: Probe[Any] = getattr(importlib.import_module(module), cls)()
+    probe: Probe[Any] = registry.instance(entry)
     return probe
 
 

@@ -179,7 +179,7 @@ class RayRunner(Runner):
                     remove_placement_group(room.group)
 
     def dispatch(self, ray: Any, room: Room, rooms: list[Room]) -> None:
-        """Start the room's next load if its room is ready and the node allows it."""
+        """Start the room's next load once Ray has placed the room and its node allows it."""
         from ray.util.placement_group import placement_group_table, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
