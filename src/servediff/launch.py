@@ -27,7 +27,7 @@ from servediff.engines.process import EngineHandle, engine_message, free_port
 from servediff.engines.transport import EngineClient, Watch
 from servediff.errors import BusyMachineError, EngineError, EngineRefusedError, EngineStartError
 from servediff.evidence import Conditions, Gate, Launch, LoadRecord, Phase, load_name
-from servediff.plan import Plan, arm_options, cache_policy
+from servediff.plan import Plan, arm_options, cache_policy, launch_command
 
 HOST = "127.0.0.1"
 
@@ -107,7 +107,7 @@ class EngineLaunch:
             self.url = plan.base_url.rstrip("/")
         else:
             port = free_port(HOST)
-            spec = self.adapter.launch(plan.launch.command, self.model.path, HOST, port,
+            spec = self.adapter.launch(launch_command(plan, self.arm), self.model.path, HOST, port,
                                        plan.arms[self.arm].args, self.options)
             env = {**spec.env, **plan.launch.env, **plan.arms[self.arm].env}
             # Cold means cold: the engine's JIT and autotune caches as the policy says.

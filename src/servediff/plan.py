@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import itertools
 import json
 import re
 import tomllib
@@ -22,7 +23,6 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -36,6 +36,13 @@ from servediff.validation import describe, suggest
 
 LOCK_SCHEMA_VERSION = 1
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]{0,39}$")
+# An arm the factors make is named by them: "autotune_off+deterministic".
+FACTOR_ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+]{0,99}$")
+FACTOR_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]{0,31}$")
+BASELINE = "baseline"
+# Up to this many factors the design is the full factorial (2^k arms); more: the baseline,
+# each factor alone and all of them together.
+FULL_FACTORIAL = 3
 BUILTIN_MODELS = ("smollm2",)
 
 
@@ -43,13 +50,98 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ArmSpec(Strict):
+def check_command(command: list[str] | None) -> list[str] | None:
+    """A launch command template: not empty, and only the placeholders servediff fills."""
+    if command is not None:
+        if not command:
+            raise ValueError("must not be empty")
+        for part in command:
+            for name in re.findall(r"\{([^}]*)\}", part):
+                if name not in ("model", "host", "port"):
+                    raise ValueError(
+                        f"unknown placeholder {{{name}}}; known: {{model}}, {{host}}, {{port}}")
+    return command
+
+
+class Change(Strict):
+    """What an arm or a factor changes relative to the plan's `[engine_options]` and
+    `[launch]`."""
+
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
     # The arm's own JIT/autotune cache policy (default: launch.cache_policy); two arms
     # that differ only here compare warm and fresh caches.
     cache_policy: CachePolicy | None = None
+    # Another build of the engine: this arm's own launch command template (default:
+    # launch.command), with the same placeholders.
+    command: list[str] | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, command: list[str] | None) -> list[str] | None:
+        return check_command(command)
+
+
+class ArmSpec(Change):
+    # The factors this arm is made of, in the plan's order; servediff sets it when it
+    # expands `[factors]` (an arm written by hand has none).
+    factors: list[str] = Field(default_factory=list)
+
+
+class FactorSpec(Change):
+    """One change relative to the baseline ([factors.NAME]); servediff makes the arms."""
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> FactorSpec:
+        if self == FactorSpec():
+            raise ValueError("a factor must change something: args, env, options, "
+                             "cache_policy or command")
+        return self
+
+
+def combine(names: list[str], factors: dict[str, FactorSpec]) -> ArmSpec:
+    """The arm made of these factors: args in factor order, the rest merged; two factors
+    that set one thing differently cannot be combined."""
+    args: list[str] = []
+    merged: dict[str, dict[str, Any]] = {"env": {}, "options": {}}
+    single: dict[str, tuple[str, Any]] = {}
+    for name in names:
+        f = factors[name]
+        args += f.args
+        for part in ("env", "options"):
+            for key, value in getattr(f, part).items():
+                if key in merged[part] and merged[part][key] != value:
+                    raise ValueError(f"factors {_setter(names, factors, part, key)} and "
+                                     f"{name} set {part}.{key} differently")
+                merged[part][key] = value
+        for part in ("cache_policy", "command"):
+            value = getattr(f, part)
+            if value is not None:
+                if part in single and single[part][1] != value:
+                    raise ValueError(f"factors {single[part][0]} and {name} set {part} "
+                                     "differently")
+                single[part] = (name, value)
+    return ArmSpec(args=args, env=merged["env"], options=merged["options"],
+                   cache_policy=single.get("cache_policy", (None, None))[1],
+                   command=single.get("command", (None, None))[1], factors=list(names))
+
+
+def _setter(names: list[str], factors: dict[str, FactorSpec], part: str, key: str) -> str:
+    return next(n for n in names if key in getattr(factors[n], part))
+
+
+def design(names: list[str]) -> list[list[str]]:
+    """The factor sets to measure, the baseline first: every subset up to FULL_FACTORIAL
+    factors (by size, then plan order), else each factor alone and all together."""
+    if len(names) <= FULL_FACTORIAL:
+        return [list(c) for k in range(len(names) + 1)
+                for c in itertools.combinations(names, k)]
+    return [[], *([n] for n in names), list(names)]
+
+
+def arm_name(factors: list[str]) -> str:
+    return "+".join(factors) or BASELINE
 
 
 class CorpusSpec(Strict):
@@ -195,17 +287,8 @@ class LaunchSettings(Strict):
 
     @field_validator("command")
     @classmethod
-    def _placeholders(cls, command: list[str] | None) -> list[str] | None:
-        if command is not None:
-            if not command:
-                raise ValueError("must not be empty")
-            for part in command:
-                for name in re.findall(r"\{([^}]*)\}", part):
-                    if name not in ("model", "host", "port"):
-                        raise ValueError(
-                            f"unknown placeholder {{{name}}}; known: {{model}}, {{host}}, {{port}}"
-                        )
-        return command
+    def _command(cls, command: list[str] | None) -> list[str] | None:
+        return check_command(command)
 
 
 class ScaleSpec(Strict):
@@ -217,6 +300,24 @@ class ScaleSpec(Strict):
     # What one load reserves on its node: CPU slots and GPUs (vLLM with TP=2: 2)
     cpus_per_load: Annotated[float, Field(gt=0)] = 1.0
     gpus_per_load: Annotated[float, Field(ge=0)] = 0.0
+
+
+Regime = Literal["across loads", "within a load", "concurrency"]
+REGIMES: tuple[Regime, ...] = ("across loads", "within a load", "concurrency")
+
+
+class ShipSpec(Strict):
+    """What "reproducible" means for the answer "what to ship": no text moved (by more
+    than thresholds.moved_abs_nll) in each of these regimes."""
+
+    require: list[Regime] = Field(default_factory=lambda: list(REGIMES))
+
+    @field_validator("require")
+    @classmethod
+    def _require(cls, require: list[Regime]) -> list[Regime]:
+        if not require:
+            raise ValueError(f"name one regime at least: {', '.join(REGIMES)}")
+        return [r for r in REGIMES if r in require]
 
 
 class Plan(Strict):
@@ -232,7 +333,11 @@ class Plan(Strict):
     # arm configures it (no cache isolation); arms alternate A B B A.
     cost_loads_per_arm: Annotated[int, Field(ge=1, le=50)] = 2
     engine_options: dict[str, Any] = Field(default_factory=dict)
-    arms: dict[str, ArmSpec]
+    # One change each relative to the baseline ([engine_options] and [launch]); servediff
+    # makes the arms from them (`design`), before any arm written in [arms].
+    factors: dict[str, FactorSpec] = Field(default_factory=dict)
+    arms: dict[str, ArmSpec] = Field(default_factory=dict)
+    ship: ShipSpec = ShipSpec()
     corpus: CorpusSpec = CorpusSpec()
     probes: ProbesSpec = Field(default_factory=lambda: ProbesSpec())
     scoring: ScoringSpec = ScoringSpec()
@@ -249,39 +354,71 @@ class Plan(Strict):
     comparisons: list[list[str]] | None = None
     scale: ScaleSpec = ScaleSpec()
 
+    @field_validator("factors")
+    @classmethod
+    def _factor_names(cls, factors: dict[str, FactorSpec]) -> dict[str, FactorSpec]:
+        for name in factors:
+            if not FACTOR_NAME.match(name) or name == BASELINE:
+                raise ValueError(
+                    f"factor name {name!r} must be 1-32 letters, digits, '_' or '.', "
+                    f"starting with a letter or digit, and not {BASELINE!r}")
+        return factors
+
     @field_validator("arms")
     @classmethod
     def _arm_names(cls, arms: dict[str, ArmSpec]) -> dict[str, ArmSpec]:
-        if not arms:
-            raise ValueError("at least one arm is required")
-        for name in arms:
-            if not ARM_NAME.match(name):
+        for name, arm in arms.items():
+            pattern = FACTOR_ARM_NAME if arm.factors else ARM_NAME
+            if not pattern.match(name):
                 raise ValueError(
                     f"arm name {name!r} must be 1-40 letters, digits, '_' or '.', "
                     "starting with a letter or digit"
                 )
         return arms
 
-    @field_validator("comparisons")
-    @classmethod
-    def _comparisons(cls, groups: list[list[str]] | None,
-                     info: ValidationInfo) -> list[list[str]] | None:
-        arms = info.data.get("arms")
-        if groups is None or arms is None:
-            return groups
+    @model_validator(mode="after")
+    def _expand(self) -> Plan:
+        """The arms the factors make come first; a plan read back from its lock holds them
+        already, and they must be what the factors make."""
+        made = {arm_name(names): combine(names, self.factors)
+                for names in design(list(self.factors))} if self.factors else {}
+        for name, arm in self.arms.items():
+            if name in made and arm != made[name]:
+                raise ValueError(f"arms.{name}: the factors make an arm of this name; "
+                                 "name it otherwise")
+            if arm.factors and name not in made:
+                raise ValueError(f"arms.{name}: factors {arm.factors} are not an arm the "
+                                 "plan's [factors] make; leave `factors` to servediff")
+        arms = {**made, **{n: a for n, a in self.arms.items() if n not in made}}
+        if not arms:
+            raise ValueError("arms: at least one arm is required ([arms.NAME], or "
+                             "[factors.NAME] for servediff to make them)")
+        object.__setattr__(self, "arms", arms)  # frozen: set once, while validating
+        return self
+
+    @model_validator(mode="after")
+    def _comparisons(self) -> Plan:
+        groups = self.comparisons
+        if groups is None:
+            return self
         seen: list[str] = [a for group in groups for a in group]
-        unknown = sorted(set(seen) - set(arms))
+        unknown = sorted(set(seen) - set(self.arms))
         if unknown:
-            raise ValueError(f"no such arm {', '.join(map(repr, unknown))}; the arms are "
-                             f"{', '.join(arms)}")
+            raise ValueError(f"comparisons: no such arm {', '.join(map(repr, unknown))}; "
+                             f"the arms are {', '.join(self.arms)}")
         twice = sorted({a for a in seen if seen.count(a) > 1})
-        left = [a for a in arms if a not in seen]
+        left = [a for a in self.arms if a not in seen]
         if twice or left or not all(groups):
             raise ValueError(
-                "every arm in exactly one non-empty group"
+                "comparisons: every arm in exactly one non-empty group"
                 + (f"; in more than one: {', '.join(twice)}" if twice else "")
                 + (f"; in none: {', '.join(left)}" if left else ""))
-        return groups
+        return self
+
+    def factor_arms(self) -> dict[str, list[str]]:
+        """The arms the factors made, with their factors (the baseline's: none)."""
+        return {name: arm.factors for name, arm in self.arms.items()
+                if arm.factors or (self.factors and name == BASELINE)}
 
     def groups(self) -> list[list[str]]:
         """The comparisons, each with its baseline first (default: every arm, one group)."""
@@ -398,6 +535,11 @@ def cache_policy(plan: Plan, arm: str) -> CachePolicy:
     return plan.arms[arm].cache_policy or plan.launch.cache_policy
 
 
+def launch_command(plan: Plan, arm: str) -> list[str] | None:
+    """The arm's command template: its own (another build), else the plan's launch's."""
+    return plan.arms[arm].command or plan.launch.command
+
+
 def arm_options(plan: Plan, arm: str) -> EngineOptions:
     """The arm's engine options: the plan's, with the arm's own merged over them."""
     adapter = registry.create(plan.engine)
@@ -429,6 +571,9 @@ def validate_engine(plan: Plan, source: str) -> None:
         if plan.launch.command is not None:
             raise PlanError(f"{source}: launch.command: an external endpoint is not launched")
         for name, arm in plan.arms.items():
+            if arm.command is not None:
+                raise PlanError(f"{source}: arms.{name}.command: an external endpoint is "
+                                "not launched")
             if arm.args or arm.env:
                 raise PlanError(f"{source}: arms.{name}: args and env need a server that "
                                 "servediff starts; an external endpoint takes options only")

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -23,6 +24,9 @@ def field_path(loc: Sequence[int | str], prefix: str = "") -> str:
             out += f".{part}" if out else str(part)
     return out or "(top level)"
 
+
+# A rule of the whole model names its field first: "comparisons: no such arm 'x'".
+NAMED = re.compile(r"^[A-Za-z_][\w.\[\]+]*: ")
 
 _MESSAGES = {
     "extra_forbidden": "unknown key",
@@ -79,5 +83,8 @@ def describe(exc: ValidationError, source: str, prefix: str = "",
             msg = err["msg"].replace("Input should be", "must be")
         if err["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
             msg += suggest(loc[-1], keys_at(model, loc[:-1]))
+        if err["type"] == "value_error" and NAMED.match(msg):
+            named, msg = msg.split(": ", 1)
+            loc = [*loc, *named.split(".")]
         lines.append(f"{source}: {field_path(loc, prefix)}: {msg}")
     return "\n".join(lines)

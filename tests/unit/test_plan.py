@@ -40,7 +40,7 @@ def test_good_plan_gets_defaults_and_builtin_corpus(write):
         (GOOD.replace("batch_size = 4", 'dtype = "int4"'), "arms.b.options.dtype: must be"),
         (GOOD.replace("batch_size = 4", "beam = 4"), "arms.b.options.beam: unknown key"),
         (GOOD.replace('model = "smollm2"', 'model = "no/such/dir"'), "model:"),
-        ('engine = "transformers"\nmodel = "smollm2"\n', "arms: required key is missing"),
+        ('engine = "transformers"\nmodel = "smollm2"\n', "arms: at least one arm is required"),
         (GOOD.replace("[arms.a]", '[arms."a b"]'), "arm name 'a b'"),
     ],
 )

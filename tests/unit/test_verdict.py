@@ -181,5 +181,6 @@ def test_an_error_inside_the_context_is_a_failure_past_it_is_not(tmp_path: Path)
     assert a.first_failure == {"1": None} and a.largest_ok_length == {"1": 2047}
     assert b.first_failure["1"].length == 2047
     (pair,) = summary.verdict.pairs
-    assert "`b`: error response at the first prompt of 2,047 tokens (HTTP 400)" in [
+    assert ("`b`: error response at the first prompt of 2,047 tokens (HTTP 400); survives "
+            "1,024, errors from 2,047 tokens (not narrowed to 102 tokens)") in [
         claim_text(c) for c in pair.claims if c.kind == "cost"]

@@ -24,6 +24,7 @@ from servediff.analysis.findings import (
     CapacitySeen,
     CostComparison,
     Gap,
+    Limit,
     Metric,
     MetricStats,
     Prefix,
@@ -42,7 +43,7 @@ from servediff.analysis.stats import stable
 from servediff.bundle import Evidence, Layout
 from servediff.evidence import Cell, Launch, SweepPoint
 from servediff.plan import QuietSpec
-from servediff.probes.sweep import SweepSettings
+from servediff.probes.sweep import SweepSettings, bracket, failed
 from servediff.schedule import cost_runs
 
 SEED = 20261130
@@ -205,7 +206,8 @@ def order_effect(a: Sequence[Cell], b: Sequence[Cell], length: int, metric: Metr
     return arm_diff, order_diff
 
 
-def survival_arm(cells: Sequence[Cell], partial: Sequence[Cell]) -> Survival | None:
+def survival_arm(cells: Sequence[Cell], partial: Sequence[Cell],
+                 spec: SweepSettings | None = None) -> Survival | None:
     """The survival map of one arm from its sweep cell (or the sweep's progress so far)."""
     sweeps = [c for c in [*cells, *partial] if c.probe == "sweep"]
     if not sweeps:
@@ -224,6 +226,7 @@ def survival_arm(cells: Sequence[Cell], partial: Sequence[Cell]) -> Survival | N
         first_failure[str(level)] = next((p for p in mine if p.failure), None)
     seen = {(p.length, p.level) for p in points}
     return Survival(
+        limit=limit(cell, spec or SweepSettings()),
         context_length=context, complete=complete, points=points, levels=levels,
         lengths=sorted({p.length for p in points}), largest_ok_length=largest,
         first_failure=first_failure,
@@ -232,15 +235,23 @@ def survival_arm(cells: Sequence[Cell], partial: Sequence[Cell]) -> Survival | N
         skipped=cell.skipped)
 
 
+def limit(cell: Cell, spec: SweepSettings) -> Limit | None:
+    """Where single prompts stop surviving: the sweep's bracket and its width."""
+    found = bracket(cell.sweep, cell.context_length)
+    if found is None:
+        return None
+    held, top = found
+    outcome = next(p.outcome for p in cell.sweep if (p.length, p.level) == (top, 1))
+    width = spec.resolution_at(top)
+    return Limit(survives=held, fails_from=top, outcome=outcome, resolution=width,
+                 resolved=top - held <= max(width, 1))
+
+
 def _point(p: SweepPoint, context: int | None) -> SweepPointView:
-    beyond = context is not None and p.length + 1 > context
-    # A refusal of a prompt longer than the context is the server doing its job;
-    # an error inside the context, a hang, a timeout or a death anywhere is a failure.
-    failure = p.outcome in ("hang", "timeout", "death") or (p.outcome == "error"
-                                                            and not beyond)
     return SweepPointView(
-        length=p.length, level=p.level, outcome=p.outcome, beyond_context=beyond,
-        failure=failure, achieved_ok=p.achieved_ok,
+        length=p.length, level=p.level, outcome=p.outcome,
+        beyond_context=context is not None and p.length + 1 > context,
+        failure=failed(p, context), achieved_ok=p.achieved_ok,
         achieved_prompt_tokens=p.achieved_prompt_tokens, http_status=p.http_status,
         error=p.error, returncode=p.returncode, signal=p.signal,
         health_answered=p.health_answered, seconds=p.seconds, launch=p.launch)
@@ -318,7 +329,8 @@ def summarize_costs(evidence: Evidence, by_arm: Mapping[str, list[Cell]]
     partial = {arm: [c for c in evidence.partial if c.arm == arm] for arm in evidence.arms}
     launches = launches_by_cell(evidence)
     return {arm: ArmCosts(speed=speed_arm(by_arm[arm], launches, evidence.plan.quiet),
-                          survival=survival_arm(by_arm[arm], partial[arm]),
+                          survival=survival_arm(by_arm[arm], partial[arm],
+                                                evidence.plan.probes.get(SweepSettings)),
                           capacity=capacity_arm(evidence, arm), prefix=prefix_arm(by_arm[arm]),
                           startup=startup_arm(evidence, arm)) for arm in evidence.arms}
 

@@ -14,9 +14,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
-from servediff.plan import ProbesSpec
+from servediff.plan import ProbesSpec, Regime
 
-SUMMARY_SCHEMA_VERSION = 6
+SUMMARY_SCHEMA_VERSION = 7
 
 Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
 Band = list[float]
@@ -371,6 +371,18 @@ class SweepPointView(Finding):
     launch: int
 
 
+class Limit(Finding):
+    """Where single prompts stop surviving, as the sweep's bisection narrowed it: the
+    longest that held below the shortest that failed, and that failure's outcome."""
+
+    survives: int
+    fails_from: int
+    outcome: Outcome
+    # the bisection's target width (sweep.resolution) and whether it was reached
+    resolution: int
+    resolved: bool
+
+
 class Survival(Finding):
     context_length: int | None
     complete: bool
@@ -383,6 +395,8 @@ class Survival(Finding):
     not_measured: list[tuple[int, int]]
     cell: str
     skipped: list[Skipped]
+    # single prompts: where they stop surviving (schema 7)
+    limit: Limit | None = None
 
 
 class CapacitySeen(Finding):
@@ -553,6 +567,8 @@ class FailureClaim(Finding):
     point: SweepPointView
     both_failed: bool
     gain_for: str | None = None
+    # for single prompts: the range the failure starts in (schema 7)
+    limit: Limit | None = None
 
 
 class SurvivalClaim(Finding):
@@ -567,6 +583,7 @@ class SurvivalClaim(Finding):
     slow_from: int | None
     levels: list[int]
     lengths: list[int]
+    limit: Limit | None = None
 
 
 class PrefixClaim(Finding):
@@ -655,6 +672,106 @@ class Verdict(Finding):
     pairs: list[Pair]
     coverage: Coverage
     not_tested: list[str]
+
+
+# --- factors: which one changes what, and what to ship (schema 7) ---------------------------
+
+class RegimeDrift(Finding):
+    """Whether an arm reproduced its scores in one regime: `moved` of `of` (texts across
+    loads or within a load; drifting groups under concurrency, `of` unknown there)."""
+
+    regime: Regime
+    # None: the regime was not measured on this arm
+    reproducible: bool | None
+    moved: int | None = None
+    of: int | None = None
+
+
+class FactorArm(Finding):
+    """An arm of the factor design: its factors and its drift per regime."""
+
+    arm: str
+    factors: list[str]
+    started: bool
+    drift: list[RegimeDrift]
+    # every regime of the plan's criterion (ship.require) measured and reproducible
+    meets: bool
+
+
+PropertyTopic = Literal["drift", "speed", "capacity", "survival", "prefix", "startup",
+                        "starts"]
+
+
+class Property(Finding):
+    """Something measured per arm: drift in a regime, speed at a length, level and metric,
+    KV capacity or slots, survival at a level, prefix reuse, start-up, whether it starts."""
+
+    topic: PropertyTopic
+    regime: Regime | None = None
+    metric: Metric | None = None
+    length: int | None = None
+    level: int | None = None
+    what: Literal["kv", "concurrency"] | None = None
+
+
+class Contrast(Finding):
+    """Two arms that differ in one factor only: `without` and `with_factor`; `changed`
+    None where the property was not measured (or not comparable) on both."""
+
+    without: str
+    with_factor: str
+    changed: bool | None
+
+
+Effect = Literal["always", "interaction", "never", "not measured"]
+
+
+class Attribution(Finding):
+    """Whether a factor changes a property: in every contrast (always), in some only
+    (an interaction, with the factors present wherever it changed: `together_with`), in
+    none within the noise band (never). `claims` are the claims behind each change."""
+
+    factor: str
+    property: Property
+    effect: Effect
+    together_with: list[str] = Field(default_factory=list)
+    contrasts: list[Contrast]
+    claims: list[Claim] = Field(default_factory=list)
+
+
+class LeftOut(Finding):
+    """A factor the answer leaves out, with the costs it would have brought: its arm
+    (`arm`) against the chosen one (`against`)."""
+
+    factor: str
+    arm: str | None
+    against: str | None
+    costs: list[Claim]
+
+
+class Ship(Finding):
+    """What to ship: the smallest set of factors that meets the reproducibility criterion,
+    its costs against the baseline, and every factor left out with what it would cost.
+    When no arm meets it, `meets` is false and `arm` is the best one."""
+
+    require: list[Regime]
+    threshold_abs_nll: float
+    baseline: str
+    arm: str | None
+    factors: list[str]
+    meets: bool
+    costs: list[Claim]
+    left_out: list[LeftOut]
+    not_tested: list[str]
+
+
+class Factors(Finding):
+    """The factor design's arms, the attribution of each property, and what to ship."""
+
+    names: list[str]
+    arms: list[FactorArm]
+    attribution: list[Attribution]
+    ship: Ship
 
 
 # --- what was not measured --------------------------------------------------------------------
@@ -799,3 +916,5 @@ class Summary(Finding):
     # the probe's section, as the probe's model dumps them; schema 6
     probe_findings: dict[str, dict[str, JsonValue]] = Field(default_factory=dict)
     verdict: Verdict
+    # a plan with [factors]: which factor changes what, and what to ship; schema 7
+    factors: Factors | None = None

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import JsonValue
 
 from servediff import probes
-from servediff.analysis import cost, drift, generation, stats, verdict
+from servediff.analysis import cost, drift, factors, generation, stats, verdict
 from servediff.analysis.findings import ArmConditions, ArmCosts, ArmDrift, Summary, Untested
 from servediff.bundle import Evidence
 from servediff.evidence import Cell, Conditions
@@ -96,6 +96,7 @@ def summarize(evidence: Evidence) -> Summary:
                               {arm: d.signature for arm, d in arms.items()})
     missing = untested(plan, evidence.cells, arms, costs)
     refused = drift.did_not_start(evidence)
+    refused_by_arm = {r.arm: r for r in refused}
     return Summary(
         plan_sha256=evidence.locked.sha256, engine=plan.engine, model=plan.model,
         threshold_abs_nll=plan.thresholds.moved_abs_nll, arms=arms,
@@ -112,4 +113,5 @@ def summarize(evidence: Evidence) -> Summary:
         costs=costs, comparisons=comparisons, conditions=conditions(evidence, by_arm),
         untested=missing, probe_findings=probe_findings(plan, evidence.cells),
         verdict=verdict.verdict(plan, evidence.arms, arms, costs, comparisons, missing,
-                                {r.arm: r for r in refused}))
+                                refused_by_arm),
+        factors=factors.analyse(plan, arms, costs, by_arm, refused_by_arm, missing))

@@ -101,21 +101,22 @@ def survival_claims(a: str, b: str, costs: Mapping[str, ArmCosts]) -> list[Claim
         for p in mine.first_failure.values():
             if p is None:
                 continue
+            bound = mine.limit if p.level == 1 else None
             # A failure of the compared arm where the baseline held is a cost of that arm;
             # a failure of the baseline where the other held is the other arm's gain.
             if other is None and arm == a:
                 # the compared arm has no sweep (it did not start, or did not run one):
                 # the baseline's failure is a survival finding, not a gain of that arm
                 out.append(FailureClaim(kind="survival", evidence=[mine.cell], arm=arm,
-                                        point=p, both_failed=False))
+                                        point=p, both_failed=False, limit=bound))
             elif (p.length, p.level) in ok_there or other is None:
                 kind: ClaimKind = "cost" if arm == b else "gain"
                 out.append(FailureClaim(kind=kind, evidence=[mine.cell], arm=arm, point=p,
                                         both_failed=False, gain_for=b if kind == "gain"
-                                        else None))
+                                        else None, limit=bound))
             else:
                 out.append(FailureClaim(kind="survival", evidence=[mine.cell], arm=arm,
-                                        point=p, both_failed=True))
+                                        point=p, both_failed=True, limit=bound))
     for arm, s in ((a, sa), (b, sb)):
         if s is not None:
             out.append(survival_claim(arm, s))
@@ -131,7 +132,8 @@ def survival_claim(arm: str, s: Survival) -> SurvivalClaim:
         failure=s.first_failure.get("1"), context_length=s.context_length,
         reached_context=bool(s.context_length)
         and max(inside, default=0) >= (s.context_length or 0) - 1,
-        slow_from=min(slow) if slow else None, levels=s.levels, lengths=s.lengths)
+        slow_from=min(slow) if slow else None, levels=s.levels, lengths=s.lengths,
+        limit=s.limit)
 
 
 def prefix_claims(a: str, b: str, costs: Mapping[str, ArmCosts]) -> list[Claim]:
@@ -187,6 +189,15 @@ def refused_claims(base: str, other: str, refused: Mapping[str, DidNotStart]) ->
     return out
 
 
+def cost_claims(comparison: CostComparison, costs: Mapping[str, ArmCosts]) -> list[Claim]:
+    """The cost and survival claims of one pair of arms: speed, capacity, survival, prefix
+    reuse, start-up."""
+    base, other = comparison.baseline, comparison.arm
+    return [*speed_claims(comparison, costs), *capacity_claims(base, other, costs),
+            *survival_claims(base, other, costs), *prefix_claims(base, other, costs),
+            *startup_claims(comparison)]
+
+
 def verdict(plan: Plan, arms: list[str], drift: Mapping[str, ArmDrift],
             costs: Mapping[str, ArmCosts], comparisons: list[CostComparison],
             untested: Mapping[str, object],
@@ -200,9 +211,7 @@ def verdict(plan: Plan, arms: list[str], drift: Mapping[str, ArmDrift],
         base, other = comparison.baseline, comparison.arm
         claims = [*refused_claims(base, other, refused or {}),
                   *drift_claims(base, drift[base]), *drift_claims(other, drift[other]),
-                  *speed_claims(comparison, costs), *capacity_claims(base, other, costs),
-                  *survival_claims(base, other, costs), *prefix_claims(base, other, costs),
-                  *startup_claims(comparison)]
+                  *cost_claims(comparison, costs)]
         pairs.append(Pair(baseline=base, arm=other, costs=sum(c.kind == "cost" for c in claims),
                           claims=claims, coverage=regime, not_tested=not_tested,
                           fix=_fix(base, other, drift)))

@@ -14,6 +14,12 @@ point and classifies it:
     timeout  no answer within `give_up_s` although the engine kept working
     death    the process exited
 
+After the single prompts of the plan, the sweep bisects: between the longest
+single prompt that held and the shortest that failed inside the context, one
+length at a time, until the two are `resolution` tokens apart (default: 64 or
+5 % of the failing length, whichever is larger). The lengths it adds are
+appended to the cell's plan as they are chosen, so a restart goes on with them.
+
 Points are measured one by one, and the points so far are kept after each
 (`partial/<cell>-progress.json`): a point that kills the engine is recorded,
 the runner starts the arm again and the next launch goes on with the point
@@ -70,6 +76,14 @@ class SweepSettings(ProbeSettings):
     give_up_s: Annotated[float, Field(gt=0)] | None = None
     # Achieved prompt tokens must be within this fraction of the nominal count.
     tolerance: Annotated[float, Field(ge=0, le=0.5)] = 0.02
+    # After a single prompt fails inside the context, lengths are bisected until the
+    # longest that held and the shortest that failed are this many tokens apart.
+    # None: 64 or 5 % of the failing length, whichever is larger; 0: no bisection.
+    resolution: Annotated[int, Field(ge=0)] | None = None
+
+    def resolution_at(self, length: int) -> int:
+        """How close the bisection brings the limit below a failure at `length`."""
+        return self.resolution if self.resolution is not None else max(64, length // 20)
 
     @field_validator("levels")
     @classmethod
@@ -102,6 +116,52 @@ def points(spec: SweepSettings, context: int | None, limit: int | None = None
             lengths = sorted([*lengths, limit])
     fits = [n for n in lengths if context is None or n < context]
     return [(n, 1) for n in lengths] + [(n, c) for c in spec.levels if c > 1 for n in fits]
+
+
+def failed(point: SweepPoint, context: int | None) -> bool:
+    """A refusal of a prompt longer than the context is the server doing its job; an
+    error inside the context, a hang, a timeout or a death anywhere is a failure."""
+    beyond = context is not None and point.length + 1 > context
+    return point.outcome in ("hang", "timeout", "death") or (point.outcome == "error"
+                                                             and not beyond)
+
+
+def bracket(done: Sequence[SweepPoint], context: int | None) -> tuple[int, int] | None:
+    """(longest single prompt that held below the shortest that failed, that failure)."""
+    singles = [p for p in done if p.level == 1]
+    failures = [p.length for p in singles if failed(p, context)]
+    if not failures:
+        return None
+    top = min(failures)
+    held = [p.length for p in singles if p.outcome in ("ok", "slow") and p.length < top]
+    return (max(held), top) if held else None
+
+
+def bisect(spec: SweepSettings, done: Sequence[SweepPoint], context: int | None
+           ) -> int | None:
+    """The next length to send between the last that held and the first that failed, or
+    None once they are within the resolution (or nothing failed after a length held)."""
+    found = bracket(done, context)
+    if found is None:
+        return None
+    held, top = found
+    if top - held <= max(spec.resolution_at(top), 1) or spec.resolution == 0:
+        return None
+    return (held + top) // 2
+
+
+def next_point(spec: SweepSettings, out: Cell) -> tuple[tuple[int, int] | None, bool]:
+    """The next (length, level) to send and whether the bisection added it: the plan's
+    single prompts first, then the bisection, then the plan's other levels."""
+    done = {(p.length, p.level) for p in out.sweep}
+    pending = [(n, c) for n, c in out.sweep_plan if (n, c) not in done]
+    single = [x for x in pending if x[1] == 1]
+    if single:
+        return single[0], False
+    length = bisect(spec, out.sweep, out.context_length)
+    if length is not None and (length, 1) not in done:
+        return (length, 1), True
+    return (pending[0] if pending else None), False
 
 
 @dataclass(frozen=True)
@@ -204,16 +264,22 @@ class SweepProbe(Probe[SweepSettings]):
         client = ctx.client_for(spec.request_timeout_s, spec.give_up_s)
         try:
             source = prompts.Prompts(ctx.stream)
-            done = {(p.length, p.level) for p in out.sweep}
             obs.cell_starting(cell.name, len(out.sweep_plan))
-            obs.cell_advanced(len(done))
+            obs.cell_advanced(len(out.sweep))
             live = Liveness(
                 exited=(lambda: proc.exit_status(2.0)) if proc else (lambda: None),
                 healthy=lambda: client.healthy(ctx.adapter.health_path()),
                 log_tail=lambda: tail(proc.log_path) if proc else "")
-            for index, (length, level) in enumerate(out.sweep_plan):
-                if (length, level) in done:
-                    continue
+            while True:
+                chosen, added = next_point(spec, out)
+                if chosen is None:
+                    break
+                if added:
+                    out.sweep_plan.append(chosen)
+                    obs.cell_starting(cell.name, len(out.sweep_plan))
+                    obs.cell_advanced(len(out.sweep))
+                length, level = chosen
+                index = out.sweep_plan.index(chosen)
                 batch = [source.unique(length, prompts.SWEEP + PER_POINT * index + i)
                          for i in range(level)]
                 point = send(ctx.adapter, client, ctx.options, batch, spec, live,
@@ -223,7 +289,7 @@ class SweepProbe(Probe[SweepSettings]):
                 atomic.write_json(layout.progress(cell.name), out.model_dump(mode="json"))
                 obs.cell_advanced(len(out.sweep))
                 if point.outcome in ("death", "hang", "timeout"):
-                    last = {(p.length, p.level) for p in out.sweep} >= set(out.sweep_plan)
+                    last = next_point(spec, out)[0] is None
                     if last:
                         # Nothing is left to measure: no cold start just to close the cell.
                         self._close(ctx, out, cell)

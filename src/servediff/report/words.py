@@ -21,6 +21,7 @@ from servediff.analysis.findings import (
     FailureClaim,
     Finding,
     Gap,
+    Limit,
     Metric,
     Pair,
     PrefixClaim,
@@ -73,6 +74,8 @@ UNTESTED = {"disabled": "disabled in the plan",
             "not reported": "the engine reports none"}
 FAILED = {"death": "the server died", "hang": "requests hung", "timeout": "requests timed out",
           "error": "an error response came"}
+LIMIT_VERB = {"death": "dies", "hang": "hangs", "timeout": "times out", "error": "errors",
+              "ok": "holds", "slow": "holds"}
 
 
 def num3(x: float | None, digits: int = 3) -> str:
@@ -167,9 +170,20 @@ def failure_text(arm: str, p: SweepPointView) -> str:
     return f"`{arm}`: error response at {where} (HTTP {p.http_status})"
 
 
+def limit_text(limit: Limit) -> str:
+    """ "survives 1,472, dies from 1,536 (to 64 tokens)": the bisection's range."""
+    width = (f"to {limit.resolution:,} tokens" if limit.resolved else
+             f"not narrowed to {limit.resolution:,} tokens")
+    return (f"survives {limit.survives:,}, {LIMIT_VERB[limit.outcome]} from "
+            f"{limit.fails_from:,} tokens ({width})")
+
+
 def survival_text(c: SurvivalClaim) -> str:
     """Where single prompts held, where they failed and how; what the sweep reached."""
     levels = f"levels {', '.join(str(x) for x in c.levels)}"
+    if c.failure is not None and c.limit is not None:
+        return (f"`{c.arm}`, single prompts: {limit_text(c.limit)}; longest that held "
+                f"{c.largest_single or 0:,} tokens; {levels}")
     if c.failure is not None:
         held = f"up to {c.largest_single:,} tokens" if c.largest_single else "no length"
         return (f"`{c.arm}` survived single prompts {held}; at {c.failure.length:,} tokens "
@@ -307,7 +321,8 @@ def _(c: CapacityClaim) -> str:
 def _(c: FailureClaim) -> str:
     tail = (" (both arms failed there)" if c.both_failed else
             f" (a gain for `{c.gain_for}`, which held there)" if c.gain_for else "")
-    return failure_text(c.arm, c.point) + tail
+    bound = f"; {limit_text(c.limit)}" if c.limit is not None else ""
+    return failure_text(c.arm, c.point) + bound + tail
 
 
 @claim_text.register

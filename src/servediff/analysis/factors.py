@@ -1,0 +1,247 @@
+"""Factors: which factor changes which property, and what to ship.
+
+A plan's `[factors]` become arms (plan.design): the full factorial up to three
+factors, else each alone and all together. Two arms that differ in one factor
+only are a contrast of that factor. For each property measured per arm (drift
+in each regime, whether it starts, survival per level, KV capacity and slots,
+prefix reuse, start-up, speed per length, level and metric) a contrast says
+whether the factor changed it, from the same comparisons the verdict makes
+(a speed or start-up difference inside its noise band is no change). A factor
+changes a property always (every contrast), only together with other factors
+(an interaction: some contrasts), or never.
+
+What to ship is the arm with the fewest factors that meets the plan's
+criterion (`ship.require`: no text moved across loads, within a load, under
+concurrency), then the fewest costs against the baseline; every factor it
+leaves out is named with the costs it would have brought on top of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from servediff.analysis import cost, verdict
+from servediff.analysis.findings import (
+    ArmCosts,
+    ArmDrift,
+    Attribution,
+    CapacityClaim,
+    Claim,
+    Contrast,
+    DidNotStart,
+    DriftKind,
+    Effect,
+    FactorArm,
+    Factors,
+    FailureClaim,
+    LeftOut,
+    PrefixClaim,
+    Property,
+    RegimeDrift,
+    Ship,
+    SpeedClaim,
+    StartupClaim,
+)
+from servediff.evidence import Cell
+from servediff.plan import BASELINE, REGIMES, Plan, Regime
+
+DRIFT_KINDS: dict[Regime, tuple[DriftKind, ...]] = {
+    "across loads": ("across-load",),
+    "within a load": ("within-load", "non-deterministic alone", "cache-dependent"),
+    "concurrency": ("batch-composition",),
+}
+TOPIC_ORDER = ("drift", "starts", "survival", "capacity", "prefix", "startup", "speed")
+
+
+def regime_drift(drift: ArmDrift | None, regime: Regime) -> RegimeDrift:
+    """An arm's drift in one regime, from its signature's findings."""
+    if drift is None:
+        return RegimeDrift(regime=regime, reproducible=None)
+    gen, conc = drift.generation, drift.concurrency
+    measured = {
+        "across loads": bool(drift.across_load or (gen and gen.across_load)
+                             or (conc and conc.across_loads)),
+        "within a load": bool(drift.within_load or (gen and gen.within_load)
+                              or (conc and conc.loads)),
+        "concurrency": bool(drift.batch_size or (conc and conc.loads)),
+    }[regime]
+    if not measured:
+        return RegimeDrift(regime=regime, reproducible=None)
+    found = [f for f in drift.signature.findings if f.kind in DRIFT_KINDS[regime]]
+    counts = [f.count for f in found if f.count is not None]
+    totals = [f.of for f in found if f.of is not None]
+    return RegimeDrift(regime=regime, reproducible=not found,
+                       moved=sum(counts) if found else 0,
+                       of=max(totals) if totals else None)
+
+
+def factor_arms(plan: Plan, drift: Mapping[str, ArmDrift],
+                refused: Mapping[str, DidNotStart]) -> list[FactorArm]:
+    out = []
+    for arm, names in plan.factor_arms().items():
+        started = arm not in refused and arm in drift
+        regimes = [regime_drift(drift.get(arm) if started else None, r) for r in REGIMES]
+        out.append(FactorArm(arm=arm, factors=names, started=started, drift=regimes,
+                             meets=started and all(
+                                 x.reproducible is True for x in regimes
+                                 if x.regime in plan.ship.require)))
+    return out
+
+
+def _changed_kind(kind: str) -> bool | None:
+    return True if kind in ("cost", "gain") else False if kind == "within noise" else None
+
+
+def contrast_properties(a: str, b: str, arms: Mapping[str, FactorArm],
+                        costs: Mapping[str, ArmCosts], by_arm: Mapping[str, list[Cell]],
+                        refused: Mapping[str, DidNotStart]
+                        ) -> list[tuple[Property, bool | None, list[Claim]]]:
+    """Each property of arms a (without the factor) and b (with it): changed or not
+    (None: not measured on both), and the claims that say how."""
+    out: list[tuple[Property, bool | None, list[Claim]]] = []
+    for ra, rb in zip(arms[a].drift, arms[b].drift, strict=True):
+        both = ra.reproducible is not None and rb.reproducible is not None
+        out.append((Property(topic="drift", regime=ra.regime),
+                    ra.reproducible != rb.reproducible if both else None, []))
+    starts = verdict.refused_claims(a, b, refused)
+    out.append((Property(topic="starts"), (a in refused) != (b in refused), starts))
+    if a in refused or b in refused:
+        return out
+    comparison = cost.compare_arms({a: costs[a], b: costs[b]}, a, by_arm)[0]
+    claims = verdict.cost_claims(comparison, costs)
+    sa, sb = costs[a].survival, costs[b].survival
+    for level in sorted({*(sa.levels if sa else []), *(sb.levels if sb else [])}):
+        mine: list[Claim] = [c for c in claims
+                             if isinstance(c, FailureClaim) and c.point.level == level]
+        moved = [c for c in mine if c.kind in ("cost", "gain")]
+        changed = True if moved else (False if sa and sb else None)
+        out.append((Property(topic="survival", level=level), changed, moved or mine))
+    ca, cb = costs[a].capacity, costs[b].capacity
+    for what, va, vb in (("kv", ca.kv_tokens, cb.kv_tokens),
+                         ("concurrency", ca.max_concurrency, cb.max_concurrency)):
+        said = [c for c in claims if isinstance(c, CapacityClaim) and c.what == what]
+        out.append((Property(topic="capacity", what=what),  # type: ignore[arg-type]
+                    va != vb if va is not None and vb is not None else None, said))
+    for c in claims:
+        if isinstance(c, PrefixClaim):
+            measured = c.cached_a is not None or c.cached_b is not None
+            out.append((Property(topic="prefix"),
+                        c.kind in ("cost", "gain") if measured else None, [c]))
+        elif isinstance(c, StartupClaim):
+            out.append((Property(topic="startup"), _changed_kind(c.kind), [c]))
+        elif isinstance(c, SpeedClaim):
+            row = c.comparison
+            out.append((Property(topic="speed", metric=row.metric, length=row.prompt_tokens,
+                                 level=row.concurrency), _changed_kind(c.kind), [c]))
+    return out
+
+
+def order_key(p: Property) -> tuple[object, ...]:
+    return (TOPIC_ORDER.index(p.topic), REGIMES.index(p.regime) if p.regime else -1,
+            p.what or "", p.length or 0, p.level or 0, p.metric or "")
+
+
+def effect(contrasts: Sequence[Contrast], contexts: Sequence[set[str]]
+           ) -> tuple[Effect, list[str]]:
+    """always / interaction (with the factors present wherever it changed) / never."""
+    seen = [(c.changed, ctx) for c, ctx in zip(contrasts, contexts, strict=True)
+            if c.changed is not None]
+    if not seen:
+        return "not measured", []
+    changed = [ctx for flag, ctx in seen if flag]
+    if len(changed) == len(seen):
+        return "always", []
+    if not changed:
+        return "never", []
+    common = set.intersection(*changed)
+    return "interaction", sorted(common)
+
+
+def attribute(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCosts],
+              by_arm: Mapping[str, list[Cell]], refused: Mapping[str, DidNotStart]
+              ) -> list[Attribution]:
+    by_set = {frozenset(a.factors): a.arm for a in arms}
+    named = {a.arm: a for a in arms}
+    out = []
+    for factor in plan.factors:
+        rows: dict[str, tuple[Property, list[Contrast], list[set[str]], list[Claim]]] = {}
+        for arm in arms:
+            if factor in arm.factors or (with_it := by_set.get(
+                    frozenset([*arm.factors, factor]))) is None:
+                continue
+            for prop, changed, claims in contrast_properties(arm.arm, with_it, named, costs,
+                                                             by_arm, refused):
+                key = prop.model_dump_json()
+                entry = rows.setdefault(key, (prop, [], [], []))
+                entry[1].append(Contrast(without=arm.arm, with_factor=with_it,
+                                         changed=changed))
+                entry[2].append(set(arm.factors))
+                if changed:
+                    entry[3].extend(claims)
+        for prop, contrasts, contexts, claims in sorted(rows.values(),
+                                                        key=lambda r: order_key(r[0])):
+            kind, together = effect(contrasts, contexts)
+            out.append(Attribution(factor=factor, property=prop, effect=kind,
+                                   together_with=together, contrasts=contrasts,
+                                   claims=claims))
+    return out
+
+
+def pair_costs(a: str, b: str, costs: Mapping[str, ArmCosts], by_arm: Mapping[str, list[Cell]],
+               refused: Mapping[str, DidNotStart]) -> list[Claim]:
+    """The costs of arm b against arm a (nothing when they are one arm)."""
+    if a == b:
+        return []
+    claims = list(verdict.refused_claims(a, b, refused))
+    if a not in refused and b not in refused:
+        comparison = cost.compare_arms({a: costs[a], b: costs[b]}, a, by_arm)[0]
+        claims += verdict.cost_claims(comparison, costs)
+    return [c for c in claims if c.kind == "cost"]
+
+
+def ship(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCosts],
+         by_arm: Mapping[str, list[Cell]], refused: Mapping[str, DidNotStart],
+         not_tested: Iterable[str]) -> Ship:
+    order = {a.arm: i for i, a in enumerate(arms)}
+    by_set = {frozenset(a.factors): a.arm for a in arms}
+
+    def burden(a: FactorArm) -> int:
+        return len(pair_costs(BASELINE, a.arm, costs, by_arm, refused))
+
+    meeting = [a for a in arms if a.meets]
+    if meeting:
+        chosen = min(meeting, key=lambda a: (len(a.factors), burden(a), order[a.arm]))
+    else:
+        def shortfall(a: FactorArm) -> tuple[int, int, int, int]:
+            required = [r for r in a.drift if r.regime in plan.ship.require]
+            return (sum(r.reproducible is not True for r in required),
+                    sum(r.moved or 0 for r in required), len(a.factors), order[a.arm])
+        chosen = min((a for a in arms if a.started), key=shortfall, default=arms[0])
+    left = []
+    for factor in plan.factors:
+        if factor in chosen.factors:
+            continue
+        against = chosen.arm
+        arm = by_set.get(frozenset([*chosen.factors, factor]))
+        if arm is None:
+            against, arm = BASELINE, by_set.get(frozenset([factor]))
+        left.append(LeftOut(factor=factor, arm=arm, against=against if arm else None,
+                            costs=pair_costs(against, arm, costs, by_arm, refused)
+                            if arm else []))
+    return Ship(require=list(plan.ship.require), threshold_abs_nll=plan.thresholds.moved_abs_nll,
+                baseline=BASELINE, arm=chosen.arm, factors=chosen.factors,
+                meets=chosen.meets,
+                costs=pair_costs(BASELINE, chosen.arm, costs, by_arm, refused),
+                left_out=left, not_tested=sorted(not_tested))
+
+
+def analyse(plan: Plan, drift: Mapping[str, ArmDrift], costs: Mapping[str, ArmCosts],
+            by_arm: Mapping[str, list[Cell]], refused: Mapping[str, DidNotStart],
+            not_tested: Iterable[str]) -> Factors | None:
+    """The factor analysis of a plan with [factors]; None without."""
+    if not plan.factors:
+        return None
+    arms = factor_arms(plan, drift, refused)
+    return Factors(names=list(plan.factors), arms=arms,
+                   attribution=attribute(plan, arms, costs, by_arm, refused),
+                   ship=ship(plan, arms, costs, by_arm, refused, not_tested))
