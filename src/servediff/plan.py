@@ -94,7 +94,7 @@ class FactorSpec(Change):
 
     @model_validator(mode="after")
     def _changes_something(self) -> FactorSpec:
-        if self == FactorSpec():
+        if not self.model_dump(exclude_defaults=True):
             raise ValueError("a factor must change something: args, env, options, "
                              "cache_policy or command")
         return self

@@ -75,16 +75,25 @@ def regime_drift(drift: ArmDrift | None, regime: Regime) -> RegimeDrift:
                        of=max(totals) if totals else None)
 
 
+def required(plan: Plan, drift: Mapping[str, ArmDrift]) -> tuple[list[Regime], list[Regime]]:
+    """The criterion's regimes that some arm measured, and those none did (a probe off)."""
+    seen = {r for arm in plan.factor_arms() for r in REGIMES
+            if regime_drift(drift.get(arm), r).reproducible is not None}
+    return ([r for r in plan.ship.require if r in seen],
+            [r for r in plan.ship.require if r not in seen])
+
+
 def factor_arms(plan: Plan, drift: Mapping[str, ArmDrift],
                 refused: Mapping[str, DidNotStart]) -> list[FactorArm]:
+    require, _ = required(plan, drift)
     out = []
     for arm, names in plan.factor_arms().items():
         started = arm not in refused and arm in drift
         regimes = [regime_drift(drift.get(arm) if started else None, r) for r in REGIMES]
         out.append(FactorArm(arm=arm, factors=names, started=started, drift=regimes,
-                             meets=started and all(
+                             meets=started and bool(require) and all(
                                  x.reproducible is True for x in regimes
-                                 if x.regime in plan.ship.require)))
+                                 if x.regime in require)))
     return out
 
 
@@ -201,7 +210,7 @@ def pair_costs(a: str, b: str, costs: Mapping[str, ArmCosts], by_arm: Mapping[st
 
 def ship(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCosts],
          by_arm: Mapping[str, list[Cell]], refused: Mapping[str, DidNotStart],
-         not_tested: Iterable[str]) -> Ship:
+         not_tested: Iterable[str], unmeasured: list[Regime]) -> Ship:
     order = {a.arm: i for i, a in enumerate(arms)}
     by_set = {frozenset(a.factors): a.arm for a in arms}
 
@@ -213,9 +222,10 @@ def ship(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCosts],
         chosen = min(meeting, key=lambda a: (len(a.factors), burden(a), order[a.arm]))
     else:
         def shortfall(a: FactorArm) -> tuple[int, int, int, int]:
-            required = [r for r in a.drift if r.regime in plan.ship.require]
-            return (sum(r.reproducible is not True for r in required),
-                    sum(r.moved or 0 for r in required), len(a.factors), order[a.arm])
+            mine = [r for r in a.drift if r.regime in plan.ship.require
+                    and r.regime not in unmeasured]
+            return (sum(r.reproducible is not True for r in mine),
+                    sum(r.moved or 0 for r in mine), len(a.factors), order[a.arm])
         chosen = min((a for a in arms if a.started), key=shortfall, default=arms[0])
     left = []
     for factor in plan.factors:
@@ -228,7 +238,8 @@ def ship(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCosts],
         left.append(LeftOut(factor=factor, arm=arm, against=against if arm else None,
                             costs=pair_costs(against, arm, costs, by_arm, refused)
                             if arm else []))
-    return Ship(require=list(plan.ship.require), threshold_abs_nll=plan.thresholds.moved_abs_nll,
+    return Ship(require=list(plan.ship.require), unmeasured=unmeasured,
+                threshold_abs_nll=plan.thresholds.moved_abs_nll,
                 baseline=BASELINE, arm=chosen.arm, factors=chosen.factors,
                 meets=chosen.meets,
                 costs=pair_costs(BASELINE, chosen.arm, costs, by_arm, refused),
@@ -244,4 +255,5 @@ def analyse(plan: Plan, drift: Mapping[str, ArmDrift], costs: Mapping[str, ArmCo
     arms = factor_arms(plan, drift, refused)
     return Factors(names=list(plan.factors), arms=arms,
                    attribution=attribute(plan, arms, costs, by_arm, refused),
-                   ship=ship(plan, arms, costs, by_arm, refused, not_tested))
+                   ship=ship(plan, arms, costs, by_arm, refused, not_tested,
+                             required(plan, drift)[1]))

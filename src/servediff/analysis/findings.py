@@ -755,6 +755,8 @@ class Ship(Finding):
     When no arm meets it, `meets` is false and `arm` is the best one."""
 
     require: list[Regime]
+    # regimes of ship.require that no arm measured (a probe off): left out of the criterion
+    unmeasured: list[Regime] = Field(default_factory=list)
     threshold_abs_nll: float
     baseline: str
     arm: str | None

@@ -34,6 +34,7 @@ from servediff.analysis.findings import (
     StartupClaim,
     Survival,
     SurvivalClaim,
+    SweepPointView,
     TrendClaim,
     Verdict,
 )
@@ -109,7 +110,7 @@ def survival_claims(a: str, b: str, costs: Mapping[str, ArmCosts]) -> list[Claim
                 # the baseline's failure is a survival finding, not a gain of that arm
                 out.append(FailureClaim(kind="survival", evidence=[mine.cell], arm=arm,
                                         point=p, both_failed=False, limit=bound))
-            elif (p.length, p.level) in ok_there or other is None:
+            elif (p.length, p.level) in ok_there or other is None or _held_past(other, p):
                 kind: ClaimKind = "cost" if arm == b else "gain"
                 out.append(FailureClaim(kind=kind, evidence=[mine.cell], arm=arm, point=p,
                                         both_failed=False, gain_for=b if kind == "gain"
@@ -121,6 +122,14 @@ def survival_claims(a: str, b: str, costs: Mapping[str, ArmCosts]) -> list[Claim
         if s is not None:
             out.append(survival_claim(arm, s))
     return out
+
+
+def _held_past(other: Survival, p: SweepPointView) -> bool:
+    """The other arm held at a longer prompt of p's level and failed nowhere up to p's
+    length: it would have held at p (a length that only one arm's bisection sent)."""
+    mine = [q for q in other.points if q.level == p.level]
+    return (any(q.length > p.length and q.outcome in ("ok", "slow") for q in mine)
+            and not any(q.length <= p.length and q.failure for q in mine))
 
 
 def survival_claim(arm: str, s: Survival) -> SurvivalClaim:

@@ -10,7 +10,7 @@ from servediff.analysis.findings import (
     Setup,
     Summary,
 )
-from servediff.report import words
+from servediff.report import ship, words
 from servediff.report.costs import cost_lines, verdict_lines
 from servediff.report.table import fmt_nll, fmt_ppl, grid_rows, skip_label
 
@@ -139,6 +139,10 @@ def render(summary: Summary, run_name: str, bundle_sha256: str | None = None) ->
         f"|dNLL| > {summary.threshold_abs_nll:g} nats.",
         "",
     ]
+    if summary.factors is not None:
+        lines += ["## What to ship", "", *ship.ship_lines(summary), "",
+                  "## Which factor changes what", "",
+                  *[f"- {line}" for line in ship.attribution_lines(summary)], ""]
     lines += what_broke(summary)
     lines += ["## What you saw", ""]
     lines += verdict_lines(summary)

@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from servediff.analysis.findings import Comparison, ConcurrencyTable, Summary, TableCell
 from servediff.evidence import Skipped
-from servediff.report import words
+from servediff.report import ship, words
+
+
+def table(title: str, headers: list[str], rows: list[list[str]], words_in: set[str],
+          ends: list[bool] | None = None, **options: Any) -> Table:
+    """A terminal table that stays readable at 80 columns: the columns in `words_in`
+    (sentences, names) wrap; every other column keeps its widest value whole."""
+    out = Table(title=title, **options)
+    for i, header in enumerate(headers):
+        if header in words_in:
+            out.add_column(header, overflow="fold", ratio=1)
+        else:
+            widest = max((len(r[i]) for r in rows), default=0)
+            out.add_column(header, no_wrap=True, min_width=max(widest, 1))
+    for i, row in enumerate(rows):
+        out.add_row(*row, end_section=bool(ends and ends[i]))
+    return out
 
 
 def fmt_nll(value: float) -> str:
@@ -19,39 +39,46 @@ def fmt_ppl(value: float | None) -> str:
 
 
 def drift_table(summary: Summary) -> Group:
-    pairs = Table(title=f"Drift per text ({summary.engine}, {summary.model}; "
-                  f"moved = |dNLL| > {summary.threshold_abs_nll:g} nats)")
-    for column in ("arm", "pair", "moved", "max |dNLL|", "on text", "identical"):
-        pairs.add_column(column, no_wrap=column != "on text")
+    rows: list[list[str]] = []
+    ends: list[bool] = []
     for arm, data in summary.arms.items():
-        rows: list[tuple[str, Comparison | None]] = [
+        mine: list[tuple[str, Comparison | None]] = [
             (f"L{p.load_a} vs L{p.load_b}", p) for p in data.across_load]
-        rows += [(f"L{p.load} repeat {p.repeat}", p) for p in data.within_load]
-        rows += [(f"L{s.load} repeat {s.repeat}", None) for s in data.within_load_skipped]
-        rows += [(f"L{p.load} batch {p.batch_size} vs {p.arm_batch_size}", p)
+        mine += [(f"L{p.load} repeat {p.repeat}", p) for p in data.within_load]
+        mine += [(f"L{s.load} repeat {s.repeat}", None) for s in data.within_load_skipped]
+        mine += [(f"L{p.load} batch {p.batch_size} vs {p.arm_batch_size}", p)
                  for p in data.batch_size]
-        for i, (label, p) in enumerate(rows):
-            end = i == len(rows) - 1
+        for i, (label, p) in enumerate(mine):
+            ends.append(i == len(mine) - 1)
             if p is None:
                 # measured by another launch than its load's first pass: not comparable
-                pairs.add_row(arm if i == 0 else "", label, "not compared", "-",
-                              "another launch", "-", end_section=end)
+                rows.append([arm if i == 0 else "", label, "not compared", "-",
+                             "another launch", "-"])
                 continue
-            pairs.add_row(arm if i == 0 else "", label, f"{p.moved}/{p.compared}",
-                          fmt_nll(p.max_abs_delta), p.max_tag or "-",
-                          "yes" if p.bit_identical else "no", end_section=end)
+            rows.append([arm if i == 0 else "", label, f"{p.moved}/{p.compared}",
+                         fmt_nll(p.max_abs_delta), p.max_tag or "-",
+                         "yes" if p.bit_identical else "no"])
     for shift in summary.arm_shifts:
-        pairs.add_row(f"{shift.arm_a}/{shift.arm_b}", words.shift_text(shift.signature),
-                      f"{shift.moved}/{shift.compared}", fmt_nll(shift.max_abs_delta),
-                      shift.max_tag or "-", "yes" if shift.bit_identical else "no")
-    arms = Table(title="Signature per arm")
-    for column in ("arm", "signature", "perplexity per load", "JIT caches"):
-        arms.add_column(column)
-    for arm, data in summary.arms.items():
-        arms.add_row(arm, words.signature_text(data.signature),
-                     ", ".join(f"L{r.load} {fmt_ppl(r.perplexity)}" for r in data.loads),
-                     data.cache_policy or "-")
+        ends.append(False)
+        rows.append([f"{shift.arm_a}/{shift.arm_b}", words.shift_text(shift.signature),
+                     f"{shift.moved}/{shift.compared}", fmt_nll(shift.max_abs_delta),
+                     shift.max_tag or "-", "yes" if shift.bit_identical else "no"])
+    pairs = table(f"Drift per text ({summary.engine}, {model_name(summary.model)}; "
+                  f"moved = |dNLL| > {summary.threshold_abs_nll:g} nats)",
+                  ["arm", "pair", "moved", "max |dNLL|", "on text", "identical"], rows,
+                  {"arm", "pair", "on text"}, ends)
+    arms = table("Signature per arm", ["arm", "signature", "perplexity per load",
+                                       "JIT caches"],
+                 [[arm, words.signature_text(data.signature),
+                   ", ".join(f"L{r.load} {fmt_ppl(r.perplexity)}" for r in data.loads),
+                   data.cache_policy or "-"] for arm, data in summary.arms.items()],
+                 {"arm", "signature", "perplexity per load"})
     return Group(pairs, arms, *concurrency_tables(summary))
+
+
+def model_name(model: str) -> str:
+    """A model as the terminal names it: a path by its folder's name."""
+    return Path(model).name if "/" in model and Path(model).is_absolute() else model
 
 
 def grid_cell(entry: TableCell) -> str:
@@ -91,15 +118,12 @@ def concurrency_tables(summary: Summary) -> list[Table]:
         if not conc:
             continue
         grid = conc.table
-        table = Table(title=f"{arm}: distinct results of identical requests, prompt length x "
-                      f"concurrency (control {'ok' if conc.control_ok else 'FAILED'})")
-        table.add_column("request")
-        table.add_column("tokens")
-        for level in grid.levels:
-            table.add_column(f"c={level}" + (" (control)" if level == 1 else ""))
-        for kind, length, row in grid_rows(grid):
-            table.add_row(kind, str(length), *row)
-        tables.append(table)
+        levels = [f"c={level}" + (" (control)" if level == 1 else "") for level in grid.levels]
+        tables.append(table(
+            f"{arm}: distinct results of identical requests, prompt length x concurrency "
+            f"(control {'ok' if conc.control_ok else 'FAILED'})",
+            ["request", "tokens", *levels],
+            [[kind, str(length), *row] for kind, length, row in grid_rows(grid)], set()))
     return tables
 
 
@@ -110,37 +134,35 @@ def survival_table(summary: Summary) -> Table | None:
     if grid is None:
         return None
     _, columns, lengths, at = grid
-    table = Table(title="Survival per prompt length (DEATH: process exited; HANG: no answer "
-                  "and no work while alive; TIMEOUT: busy but no answer by the bound; slow: "
-                  "answered after the request timeout; error past the context is the "
-                  "expected refusal)")
-    table.add_column("tokens")
-    for arm, level in columns:
-        table.add_column(f"{arm} x{level}")
-    for n in lengths:
-        row = []
-        for arm, level in columns:
-            p = at.get((arm, level, n))
-            row.append("-" if p is None else OUTCOME_MARK[p.outcome])
-        table.add_row(f"{n:,}", *row)
-    return table
+    rows = [[f"{n:,}", *("-" if (p := at.get((arm, level, n))) is None
+                         else OUTCOME_MARK[p.outcome] for arm, level in columns)]
+            for n in lengths]
+    return table("Survival per prompt length (DEATH: process exited; HANG: no answer and no "
+                 "work while alive; TIMEOUT: busy but no answer by the bound; slow: answered "
+                 "after the request timeout; error past the context is the expected refusal)",
+                 ["tokens", *(f"{arm} x{level}" for arm, level in columns)], rows, set())
 
 
 def verdict_tables(summary: Summary) -> list[Table]:
-    tables = []
-    for pair in summary.verdict.pairs:
-        table = Table(title=words.headline(pair), title_justify="left", show_lines=False)
-        table.add_column("kind", no_wrap=True)
-        table.add_column("claim")
-        for c in pair.claims:
-            if kind := words.shown_kind(c) or (c.kind if c.kind == "survival" else None):
-                table.add_row(kind, words.claim_text(c))
-        tables.append(table)
-    return tables
+    return [table(words.headline(pair), ["kind", "claim"],
+                  [[kind, words.claim_text(c)] for c in pair.claims
+                   if (kind := words.shown_kind(c) or (c.kind if c.kind == "survival"
+                                                       else None))],
+                  {"claim"}, title_justify="left", show_lines=False)
+            for pair in summary.verdict.pairs]
+
+
+def ship_view(summary: Summary) -> list[Text]:
+    """What to ship and which factor changes what, as the terminal shows them first."""
+    if summary.factors is None:
+        return []
+    return [Text("What to ship", style="bold"), *map(Text, ship.ship_lines(summary)),
+            Text("Which factor changes what", style="bold"),
+            *map(Text, ship.attribution_lines(summary)), Text("")]
 
 
 def run_view(summary: Summary) -> Group:
-    """Everything the terminal shows after a run or a rederive."""
+    """Everything the terminal shows after a run or a rederive: what to ship first."""
     survival = survival_table(summary)
-    return Group(drift_table(summary), *([survival] if survival else []),
-                 *verdict_tables(summary))
+    return Group(*ship_view(summary), drift_table(summary),
+                 *([survival] if survival else []), *verdict_tables(summary))

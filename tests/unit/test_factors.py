@@ -1,0 +1,238 @@
+"""Factors, attribution and What to ship, on the in-process fake engine.
+
+The case servediff was built for, reproduced: one flag (`autotune_off`) stops
+the drift between cold loads and costs nothing; the other (`deterministic`)
+changes no drift, kills the server above a prompt length, cuts the KV pool and
+loses prefix reuse. The answer must be "ship autotune_off", with
+`deterministic` named as not needed and its three costs. The fake engine's
+behaviour is a function of its launch command, so each arm the factors make
+gets the engine its flags describe.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import time
+import types
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from servediff.analysis.findings import FailureClaim, Summary
+from servediff.analysis.summary import summarize
+from servediff.bundle import read_evidence
+from servediff.engines import registry
+from servediff.errors import PlanError
+from servediff.plan import Plan, lock, resolve_plan
+from servediff.report import ship as ship_words
+from servediff.report.table import fmt_nll, run_view
+from servediff.runner import Runner, SilentObserver
+from tests.engines import fake
+from tests.engines.fake import FakeEngine, FakeLauncher
+from tests.unit.test_runner import TEXTS
+
+DIES_ABOVE = 1500
+
+
+def factor_plan(tmp_path: Path, **extra: object) -> Plan:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps({"bos_token_id": 1}))
+    (model / "model.safetensors").write_bytes(b"weights")
+    body = {"engine": "fake", "model": str(model), "loads_per_arm": 2,
+            "cost_loads_per_arm": 1,
+            "factors": {"autotune_off": {"args": ["--autotune-off"]},
+                        "deterministic": {"args": ["--deterministic"]}},
+            "probes": {"repeat": {"count": 1},
+                       "concurrency": {"lengths": [64], "levels": [1, 2], "requests": 3,
+                                       "max_tokens": 2},
+                       "generate": {"texts": 2, "max_tokens": 3, "repeats": 2},
+                       "speed": {"enabled": False},
+                       "prefix": {"prefix_tokens": 256, "requests": 3},
+                       "sweep": {"levels": [1]}}, **extra}
+    return Plan.model_validate(body)
+
+
+def the_case(argv: list[str], launch: int) -> FakeEngine:
+    """--autotune-off: the same kernels every load; --deterministic: no drift change, dies
+    above DIES_ABOVE prompt tokens, a third of the KV pool, no prefix cache."""
+    deterministic = "--deterministic" in argv
+    return FakeEngine(load_offset=0.0 if "--autotune-off" in argv else 1e-4 * (launch + 1),
+                      dies_above=DIES_ABOVE if deterministic else None,
+                      kv_tokens=93_574 if deterministic else 324_186,
+                      prefix_cache=not deterministic)
+
+
+def both_needed(argv: list[str], launch: int) -> FakeEngine:
+    """The drift stops only with both flags."""
+    fixed = "--autotune-off" in argv and "--deterministic" in argv
+    return FakeEngine(load_offset=0.0 if fixed else 1e-4 * (launch + 1),
+                      kv_tokens=324_186, prefix_cache=True)
+
+
+class Clock:
+    """A monotonic clock that advances one second per reading: every start takes the
+    same number of readings, so start-up is equal across arms, not wall-clock noise."""
+
+    def __init__(self) -> None:
+        self.now = itertools.count()
+
+    def monotonic(self) -> float:
+        return float(next(self.now))
+
+
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan: Plan, make) -> Summary:
+    monkeypatch.setitem(registry.ENGINES, "fake", fake.ENTRY)
+    clock = Clock()
+    monkeypatch.setattr("servediff.launch.time", types.SimpleNamespace(
+        monotonic=clock.monotonic, time=time.time, sleep=time.sleep))
+    launcher = FakeLauncher(make=make)
+    root = tmp_path / "run"
+    Runner(plan, TEXTS, root, tmp_path, SilentObserver(), launcher=launcher,
+           clients=launcher.client).run()
+    return summarize(read_evidence(root))
+
+
+@pytest.fixture
+def fake_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(registry.ENGINES, "fake", fake.ENTRY)
+
+
+def test_two_factors_make_the_full_factorial_named_by_their_factors(tmp_path: Path,
+                                                                    fake_engine: None):
+    plan = factor_plan(tmp_path)
+    assert list(plan.arms) == ["baseline", "autotune_off", "deterministic",
+                               "autotune_off+deterministic"]
+    assert plan.arms["autotune_off+deterministic"].args == ["--autotune-off",
+                                                            "--deterministic"]
+    # the lock records the arms; read back, the plan is the same run
+    locked = lock(plan, TEXTS)
+    assert list(locked.canonical()["plan"]["arms"]) == list(plan.arms)
+    again = Plan.model_validate(locked.canonical()["plan"])
+    assert lock(again, TEXTS).sha256 == locked.sha256
+
+
+def test_more_than_three_factors_are_each_alone_and_all_together(tmp_path: Path,
+                                                                 fake_engine: None):
+    factors = {f"f{i}": {"args": [f"--f{i}"]} for i in range(4)}
+    plan = factor_plan(tmp_path, factors=factors)
+    assert list(plan.arms) == ["baseline", "f0", "f1", "f2", "f3", "f0+f1+f2+f3"]
+
+
+@pytest.mark.parametrize(("factors", "expected"), [
+    ({"a": {}}, "factors.a: Value error, a factor must change something"),
+    ({"a": {"env": {"X": "1"}}, "b": {"env": {"X": "2"}}},
+     "factors a and b set env.X differently"),
+    ({"baseline": {"args": ["-x"]}}, "factor name 'baseline' must be"),
+])
+def test_bad_factors_name_what_is_wrong(tmp_path: Path, fake_engine: None,
+                                        factors: dict, expected: str):
+    raw = {"engine": "fake", "model": "smollm2", "factors": factors}
+    with pytest.raises(PlanError) as info:
+        resolve_plan(raw, "p.toml", tmp_path)
+    assert expected.split("Value error, ")[-1] in str(info.value)
+    assert "Traceback" not in str(info.value)
+
+
+def test_the_case_ship_autotune_off_deterministic_is_not_needed_and_costs_three_things(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    summary = run(tmp_path, monkeypatch, factor_plan(tmp_path), the_case)
+    assert summary.factors is not None
+    arms = {a.arm: a for a in summary.factors.arms}
+    across = {arm: a.drift[0] for arm, a in arms.items()}
+    assert across["baseline"].reproducible is False and across["baseline"].moved == 4
+    assert across["deterministic"].reproducible is False
+    assert across["autotune_off"].reproducible is True
+    assert [a.arm for a in summary.factors.arms if a.meets] == [
+        "autotune_off", "autotune_off+deterministic"]
+
+    effects = {(x.factor, x.property.topic, x.property.regime or x.property.what): x
+               for x in summary.factors.attribution}
+    assert effects["autotune_off", "drift", "across loads"].effect == "always"
+    assert effects["deterministic", "drift", "across loads"].effect == "never"
+    for topic, what in (("survival", None), ("capacity", "kv"), ("prefix", None)):
+        assert effects["deterministic", topic, what].effect == "always"
+        assert effects["autotune_off", topic, what].effect == "never"
+    assert effects["autotune_off", "startup", None].effect == "never"
+
+    ship = summary.factors.ship
+    assert (ship.arm, ship.factors, ship.meets, ship.costs) == (
+        "autotune_off", ["autotune_off"], True, [])
+    (left,) = ship.left_out
+    assert (left.factor, left.arm, left.against) == (
+        "deterministic", "autotune_off+deterministic", "autotune_off")
+    assert sorted(c.topic for c in left.costs) == ["capacity", "prefix", "survival failure"]
+    death = next(c for c in left.costs if isinstance(c, FailureClaim))
+    assert death.point.outcome == "death" and death.limit is not None
+    # the bisection found the fault front within the resolution
+    assert death.limit.survives < DIES_ABOVE < death.limit.fails_from
+    assert death.limit.fails_from - death.limit.survives <= death.limit.resolution
+    text = ship_words.ship_lines(summary)
+    assert text[0].startswith("Ship `autotune_off`")
+    assert any("`deterministic`: not needed for reproducibility here" in line
+               for line in text)
+    assert any("324,186" in line and "93,574" in line for line in text)
+    assert any(f"survives {death.limit.survives:,}, dies from {death.limit.fails_from:,}"
+               in line for line in text)
+
+
+def test_drift_that_stops_only_with_both_factors_is_an_interaction(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    plan = factor_plan(tmp_path, probes={
+        "repeat": {"count": 1}, "concurrency": {"enabled": False},
+        "generate": {"enabled": False}, "speed": {"enabled": False},
+        "prefix": {"enabled": False}, "sweep": {"enabled": False}})
+    summary = run(tmp_path, monkeypatch, plan, both_needed)
+    assert summary.factors is not None
+    effects = {(x.factor, x.property.topic, x.property.regime): x
+               for x in summary.factors.attribution}
+    for factor, other in (("autotune_off", "deterministic"), ("deterministic", "autotune_off")):
+        found = effects[factor, "drift", "across loads"]
+        assert (found.effect, found.together_with) == ("interaction", [other])
+    ship = summary.factors.ship
+    assert ship.arm == "autotune_off+deterministic" and ship.meets
+    assert ship.left_out == []
+    # concurrency was not measured: the criterion is said to leave it out
+    assert ship.unmeasured == ["concurrency"]
+    assert any("only together with `deterministic`" in line
+               for line in ship_words.attribution_lines(summary))
+
+
+def test_when_no_arm_meets_the_criterion_the_best_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    plan = factor_plan(tmp_path, factors={"deterministic": {"args": ["--deterministic"]}},
+                       probes={"repeat": {"count": 1}, "concurrency": {"enabled": False},
+                               "generate": {"enabled": False}, "speed": {"enabled": False},
+                               "prefix": {"enabled": False}, "sweep": {"enabled": False}})
+    summary = run(tmp_path, monkeypatch, plan, the_case)
+    assert summary.factors is not None
+    ship = summary.factors.ship
+    assert not ship.meets and ship.arm == "baseline"
+    assert ship_words.ship_lines(summary)[0].startswith(
+        "No arm meets the criterion")
+
+
+def test_a_four_arm_run_reads_at_80_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    summary = run(tmp_path, monkeypatch, factor_plan(tmp_path), the_case)
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(run_view(summary))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80
+    assert lines[0] == "What to ship" and lines[1].startswith("Ship `autotune_off`")
+    # every number of the drift table is whole on one line: moved, max |dNLL|, identical
+    rows = [line for line in lines if "L1 vs L2" in line]
+    assert len(rows) == len(summary.arms)
+    for row, data in zip(rows, summary.arms.values(), strict=True):
+        (pair,) = data.across_load
+        cells = [c.strip() for c in row.split("│")]
+        assert f"{pair.moved}/{pair.compared}" in cells
+        assert fmt_nll(pair.max_abs_delta) in cells
+        assert ("yes" if pair.bit_identical else "no") in cells
+    for shift in summary.arm_shifts:
+        assert f"{shift.moved}/{shift.compared}" in text
+    # the survival marks of all four arms, and no column squeezed to nothing
+    assert "DEATH" in text and "┳┳" not in text and "┃┃" not in text
