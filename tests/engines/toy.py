@@ -31,7 +31,8 @@ class ToyAdapter(CompletionsAdapter):
 
     def info(self, client: EngineClient) -> EngineInfo:
         raw: dict[str, Any] = client.get_json("/version")
-        return EngineInfo(version={"engine": "toy"}, bos_token_id=raw["bos_token_id"],
+        return EngineInfo(version={"engine": "toy", "build": raw.get("build", "1")},
+                          bos_token_id=raw["bos_token_id"],
                           max_model_len=raw["max_model_len"], raw=raw)
 
 
@@ -44,12 +45,15 @@ def main() -> None:
     parser.add_argument("--port", type=int)
     # exit at start with this message, as an engine that refuses a flag does
     parser.add_argument("--refuse")
+    # the build this server says it is (/version "build"): another build of the engine
+    parser.add_argument("--build", default="1")
     # an engine adapter's own flags (the embedded engine's, when a plan launches this
     # server in its place) are taken and ignored
     args, _ = parser.parse_known_args()
     if args.refuse:
         sys.exit(f"ValueError: {args.refuse}")
     engine = FakeEngine()
+    build = args.build
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *rest: object) -> None:
@@ -57,6 +61,8 @@ def main() -> None:
 
         def _reply(self, body: dict[str, Any]) -> None:
             status, answer = engine.answer(self.path, body)
+            if self.path == "/version":
+                answer = {**answer, "build": build}
             data = json.dumps(answer).encode()
             self.send_response(status)
             self.send_header("Content-Length", str(len(data)))
