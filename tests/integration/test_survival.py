@@ -85,12 +85,17 @@ def sweep(run: Path, arm: str) -> dict:
 
 
 def test_every_point_is_measured_and_failures_are_named(run: Path):
-    expected = [[256, 1], [512, 1], [1023, 1], [1280, 1], [256, 2], [512, 2], [1023, 2]]
+    planned = [[256, 1], [512, 1], [1023, 1], [1280, 1], [256, 2], [512, 2], [1023, 2]]
+    # after the single prompts, the arms that fail above 600 tokens bisect between 512
+    # (held) and 1,023 (failed) until the two are 64 tokens apart: 767, 639, then 575
+    bisected = [[767, 1], [639, 1], [575, 1]]
     for arm in ARMS:
         cell = sweep(run, arm)
         assert cell["context_length"] == 1024
-        assert cell["sweep_plan"] == expected
-        assert [[p["length"], p["level"]] for p in cell["sweep"]] == expected, arm
+        extra = bisected if arm in ("dies", "hangs") else []
+        assert cell["sweep_plan"] == planned + extra
+        assert [[p["length"], p["level"]] for p in cell["sweep"]] == \
+            planned[:4] + extra + planned[4:], arm
     outcome = {arm: {(p["length"], p["level"]): p for p in sweep(run, arm)["sweep"]}
                for arm in ARMS}
     # the healthy engine refuses the prompt past its context with a real error response;
@@ -122,10 +127,10 @@ def test_every_point_is_measured_and_failures_are_named(run: Path):
     # after the last point's failure no engine was started only to close the cell
     for arm in ("dies", "hangs"):
         launches = json.loads((run / "loads" / f"{arm}-cost1.json").read_text())["launches"]
-        assert len(launches) == 3
+        assert len(launches) == 5
         assert all("sweep:" in (x["error"] or "") for x in launches)
         assert "restarted" not in launches[-1]["error"]
-        assert [p["launch"] for p in sweep(run, arm)["sweep"]] == [1, 1, 1, 2, 3, 3, 3]
+        assert [p["launch"] for p in sweep(run, arm)["sweep"]] == [1, 1, 1, 2, 3, 4, 5, 5, 5, 5]
     launches = json.loads((run / "loads" / "slow-cost1.json").read_text())["launches"]
     assert len(launches) == 1 and launches[0]["error"] is None
     assert not list((run / "partial").glob("*-progress.json"))
@@ -136,7 +141,10 @@ def test_survival_map_and_verdict(run: Path):
     summary = json.loads((run / "summary.json").read_text())
     costs = summary["costs"]
     assert costs["stock"]["survival"]["largest_ok_length"] == {"1": 1023, "2": 1023}
-    assert costs["dies"]["survival"]["largest_ok_length"] == {"1": 512, "2": 512}
+    assert costs["dies"]["survival"]["largest_ok_length"] == {"1": 575, "2": 512}
+    assert costs["dies"]["survival"]["limit"] == {
+        "survives": 575, "fails_from": 639, "outcome": "death", "resolution": 64,
+        "resolved": True}
     # the map matches the raw outcomes point by point
     for arm in ARMS:
         raw = {(p["length"], p["level"]): p["outcome"] for p in sweep(run, arm)["sweep"]}
@@ -144,14 +152,15 @@ def test_survival_map_and_verdict(run: Path):
                for p in costs[arm]["survival"]["points"]}
         assert got == raw
     dies = claims(run, "dies", "cost")
-    assert "`dies`: the server process died at the first prompt of 1,023 tokens (SIGABRT)" \
-        in dies
+    assert ("`dies`: the server process died at the first prompt of 639 tokens (SIGABRT); "
+            "survives 575, dies from 639 tokens (to 64 tokens)") in dies
     hangs = claims(run, "hangs", "cost")
-    assert ("`hangs`: requests hung (no answer, no work) at the first prompt of 1,023 tokens "
-            "while its health check still answered") in hangs
+    assert ("`hangs`: requests hung (no answer, no work) at the first prompt of 639 tokens "
+            "while its health check still answered; survives 575, hangs from 639 tokens "
+            "(to 64 tokens)") in hangs
     survival = set(claims(run, "dies", "survival"))
-    assert ("`dies` survived single prompts up to 512 tokens; at 1,023 tokens the server "
-            "died; levels 1, 2") in survival
+    assert ("`dies`, single prompts: survives 575, dies from 639 tokens (to 64 tokens); "
+            "longest that held 575 tokens; levels 1, 2") in survival
     # slow is not a failure: no cost claim about the slow arm's survival
     assert not [c for c in claims(run, "slow", "cost") if "`slow`:" in c]
     assert costs["slow"]["survival"]["largest_ok_length"] == {"1": 1023, "2": 1023}
