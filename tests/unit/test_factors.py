@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import json
 import time
 import types
 from pathlib import Path
@@ -32,17 +31,13 @@ from servediff.report.table import fmt_nll, run_view
 from servediff.runner import Runner, SilentObserver
 from tests.engines import fake
 from tests.engines.fake import FakeEngine, FakeLauncher
-from tests.unit.test_runner import TEXTS
+from tests.unit.test_runner import TEXTS, model_folder
 
 DIES_ABOVE = 1500
 
 
 def factor_plan(tmp_path: Path, **extra: object) -> Plan:
-    model = tmp_path / "model"
-    model.mkdir(exist_ok=True)
-    (model / "config.json").write_text(json.dumps({"bos_token_id": 1}))
-    (model / "model.safetensors").write_bytes(b"weights")
-    body = {"engine": "fake", "model": str(model), "loads_per_arm": 2,
+    body = {"engine": "fake", "model": str(model_folder(tmp_path)), "loads_per_arm": 2,
             "cost_loads_per_arm": 1,
             "factors": {"autotune_off": {"args": ["--autotune-off"]},
                         "deterministic": {"args": ["--deterministic"]}},

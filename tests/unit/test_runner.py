@@ -29,12 +29,17 @@ TEXTS = Corpus(name="fixture", texts=tuple(
     Text(tag=f"t{i}", text=" ".join(f"w{i}{j}" for j in range(6 + i))) for i in range(4)))
 
 
-def plan(tmp_path: Path, **extra: object) -> Plan:
+def model_folder(tmp_path: Path) -> Path:
+    """A model folder the fake engine serves: a config with its BOS id and weights to hash."""
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text(json.dumps({"bos_token_id": 1}))
     (model / "model.safetensors").write_bytes(b"weights")
-    body = {"engine": "transformers", "model": str(model), "loads_per_arm": 2,
+    return model
+
+
+def plan(tmp_path: Path, **extra: object) -> Plan:
+    body = {"engine": "transformers", "model": str(model_folder(tmp_path)), "loads_per_arm": 2,
             "arms": {"a": {}, "b": {}},
             "probes": {"repeat": {"count": 1}, "concurrency": {"enabled": False},
                        "generate": {"texts": 2, "max_tokens": 3, "repeats": 2},
