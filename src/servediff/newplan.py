@@ -95,6 +95,11 @@ def plan_text(engine: str, model: str, name: str, small: bool) -> str:
     lines += ["", f"# {what}: replace it with your own flag (args), environment (env) or "
               "engine options (options)", "[arms.candidate]"]
     lines += [f"{k} = {toml_value(v)}" for k, v in candidate.items()]
+    lines += ["", "# Judging several changes at once? Write each as a factor in place of the "
+              "arms:", "# servediff makes the arms (every combination of up to 3 factors), "
+              "says which factor", "# changes what, and which to ship. For example:",
+              "# [factors.candidate]"]
+    lines += [f"# {k} = {toml_value(v)}" for k, v in candidate.items()]
     for probe, settings in probe_settings(small).items():
         lines += ["", f"# {probes.by_section(probe).description}", f"[probes.{probe}]"]
         lines += [f"{k} = {toml_value(v)}" for k, v in settings.items()]

@@ -249,6 +249,16 @@ def test_init_writes_a_plan_that_validates_with_its_size_and_estimate(tmp_path: 
             "requests") in header and "rough estimate: about " in header
     # small: the demo's grids; full: the defaults
     assert tomllib.loads(text)["probes"]["speed"]["prompt_tokens"] == [512]
+    # the commented factor example, taken in place of the arms, is a factor plan
+    factor = text.split("# [factors.candidate]")[1]
+    rest = factor.split("\n\n", 1)[1]
+    as_factors = text.split("[arms.baseline]")[0] + "[factors.candidate]" + "".join(
+        line.removeprefix("# ") + "\n" for line in factor.split("\n\n")[0].splitlines()) \
+        + "\n" + rest
+    (tmp_path / "factors.toml").write_text(as_factors)
+    factored = load_plan_file(tmp_path / "factors.toml")[0]
+    assert list(factored.arms) == ["baseline", "candidate"]
+    assert factored.arms["candidate"].factors == ["candidate"]
     again = servediff("init", engine, "smollm2", "--out", "plans/mine.toml", cwd=tmp_path)
     assert again.returncode == 2 and "exists; pass --force" in again.stderr
     full = servediff("init", engine, "smollm2", "--out", "full.toml", "--size", "full",

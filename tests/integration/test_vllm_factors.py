@@ -1,0 +1,90 @@
+"""Real vLLM (CPU), a factor plan: which of two flags costs prefix reuse and which one
+the KV pool. Factor `no_prefix` (`--no-enable-prefix-caching`) and factor `small_kv`
+(`--num-gpu-blocks-override 24`, 24 blocks of 128 tokens instead of the 182 that 1 GiB
+holds) make four arms; each gets one drift load (one short text scored) and one cost
+load (prefix reuse only). Prefix-reuse loss must be attributed to `no_prefix` alone and
+the capacity cut to `small_kv` alone, in every contrast that measured them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.integration.engines import (
+    MARK_BUSY,
+    assert_all_stopped,
+    probes_off,
+    run_plan,
+    servediff,
+    summary_of,
+)
+
+pytestmark = pytest.mark.integration
+
+BLOCKS = 24
+
+
+def factor_plan(python: Path, work: Path) -> str:
+    (work / "tmp").mkdir(exist_ok=True)
+    # eager: nothing to compile, so every launch shares one cache root (see vllm_plan)
+    command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}",
+               "--host", "{host}", "--port", "{port}", "--max-model-len", "2048",
+               "--dtype", "float32", "--enforce-eager"]
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(work / "vllm-cache"),
+           "TMPDIR": str(work / "tmp")}
+    return ('name = "vllm-factors"\nengine = "vllm"\nmodel = "smollm2"\n'
+            "loads_per_arm = 1\ncost_loads_per_arm = 1\n"
+            f"[launch]\ncommand = {json.dumps(command)}\ncache_policy = \"shared\"\n"
+            "env = { " + ", ".join(f'{k} = {json.dumps(v)}' for k, v in env.items()) + " }\n"
+            '[factors.no_prefix]\nargs = ["--no-enable-prefix-caching"]\n'
+            f'[factors.small_kv]\nargs = ["--num-gpu-blocks-override", "{BLOCKS}"]\n'
+            '[corpus]\ntags = ["prose-short-storm"]\n[probes.repeat]\ncount = 0\n'
+            "[probes.prefix]\nprefix_tokens = 400\nquestion_tokens = 16\nrequests = 3\n"
+            + probes_off("concurrency", "generate", "speed", "sweep") + MARK_BUSY)
+
+
+@pytest.fixture(scope="module")
+def factors_run(tmp_path_factory: pytest.TempPathFactory, vllm_python: Path) -> Path:
+    work = tmp_path_factory.mktemp("vllm-factors")
+    return run_plan(work, factor_plan(vllm_python, work))
+
+
+def test_prefix_loss_is_no_prefix_alone_and_the_kv_cut_small_kv_alone(factors_run: Path):
+    run = factors_run
+    assert_all_stopped(run)
+    summary = summary_of(run)
+    assert list(summary.arms) == ["baseline", "no_prefix", "small_kv", "no_prefix+small_kv"]
+    # what each arm's engine reported: vLLM's own pool and prefix-cache state
+    costs = summary.costs
+    full, cut = costs["baseline"].capacity.kv_tokens, costs["small_kv"].capacity.kv_tokens
+    assert full is not None and cut == BLOCKS * 128 < full
+    assert costs["no_prefix+small_kv"].capacity.kv_tokens == cut
+    assert costs["no_prefix"].capacity.kv_tokens == full
+    for arm in summary.arms:
+        cost = json.loads((run / "loads" / f"{arm}-cost1.json").read_text())["launches"][0]
+        assert cost["capacity"]["prefix_caching"] is ("no_prefix" not in arm), arm
+        prefix = costs[arm].prefix
+        assert prefix is not None and prefix.later_cached_tokens is not None
+        assert (prefix.later_cached_tokens > 0) is ("no_prefix" not in arm), arm
+    assert summary.factors is not None
+    effects = {(x.factor, x.property.topic, x.property.what): x
+               for x in summary.factors.attribution}
+    for factor, topic, what in (("no_prefix", "prefix", None), ("small_kv", "capacity", "kv")):
+        found = effects[factor, topic, what]
+        assert found.effect == "always", found
+        assert [c.changed for c in found.contrasts] == [True, True]
+        assert found.claims and all(c.kind == "cost" for c in found.claims)
+    for factor, topic, what in (("small_kv", "prefix", None), ("no_prefix", "capacity", "kv")):
+        found = effects[factor, topic, what]
+        assert found.effect == "never", found
+        assert [c.changed for c in found.contrasts] == [False, False]
+    report = (run / "report.md").read_text()
+    assert "## Which factor changes what" in report
+    assert "## What to ship" in report.split("## Which factor changes what")[0]
+    # the answer re-derives like every number
+    derived = servediff("rederive", str(run), "--json", cwd=run.parent)
+    assert derived.returncode == 0, derived.stderr
+    assert json.loads(derived.stdout) == json.loads((run / "summary.json").read_text())
