@@ -37,7 +37,7 @@ PLAN = f"""
 engine = "transformers"
 model = "smollm2"
 loads_per_arm = 1
-cost_loads_per_arm = 2
+cost_loads_per_arm = 1
 [launch]
 command = {json.dumps(COMMAND)}
 env = {{ PYTHONPATH = {json.dumps(str(ROOT))} }}
@@ -65,6 +65,7 @@ levels = [1]
 start = 256
 levels = [1, 2]
 request_timeout_s = 8
+resolution = 256
 """ + probes_off("concurrency", "generate", "prefix") + MARK_BUSY
 
 
@@ -87,8 +88,9 @@ def sweep(run: Path, arm: str) -> dict:
 def test_every_point_is_measured_and_failures_are_named(run: Path):
     planned = [[256, 1], [512, 1], [1023, 1], [1280, 1], [256, 2], [512, 2], [1023, 2]]
     # after the single prompts, the arms that fail above 600 tokens bisect between 512
-    # (held) and 1,023 (failed) until the two are 64 tokens apart: 767, 639, then 575
-    bisected = [[767, 1], [639, 1], [575, 1]]
+    # (held) and 1,023 (failed) until the two are 256 tokens apart: one point, 767 (the
+    # bisection to the token against a fault front: tests/unit/test_factors.py)
+    bisected = [[767, 1]]
     for arm in ARMS:
         cell = sweep(run, arm)
         assert cell["context_length"] == 1024
@@ -127,10 +129,10 @@ def test_every_point_is_measured_and_failures_are_named(run: Path):
     # after the last point's failure no engine was started only to close the cell
     for arm in ("dies", "hangs"):
         launches = json.loads((run / "loads" / f"{arm}-cost1.json").read_text())["launches"]
-        assert len(launches) == 5
+        assert len(launches) == 4
         assert all("sweep:" in (x["error"] or "") for x in launches)
         assert "restarted" not in launches[-1]["error"]
-        assert [p["launch"] for p in sweep(run, arm)["sweep"]] == [1, 1, 1, 2, 3, 4, 5, 5, 5, 5]
+        assert [p["launch"] for p in sweep(run, arm)["sweep"]] == [1, 1, 1, 2, 3, 4, 4, 4]
     launches = json.loads((run / "loads" / "slow-cost1.json").read_text())["launches"]
     assert len(launches) == 1 and launches[0]["error"] is None
     assert not list((run / "partial").glob("*-progress.json"))
@@ -141,9 +143,9 @@ def test_survival_map_and_verdict(run: Path):
     summary = json.loads((run / "summary.json").read_text())
     costs = summary["costs"]
     assert costs["stock"]["survival"]["largest_ok_length"] == {"1": 1023, "2": 1023}
-    assert costs["dies"]["survival"]["largest_ok_length"] == {"1": 575, "2": 512}
+    assert costs["dies"]["survival"]["largest_ok_length"] == {"1": 512, "2": 512}
     assert costs["dies"]["survival"]["limit"] == {
-        "survives": 575, "fails_from": 639, "outcome": "death", "resolution": 64,
+        "survives": 512, "fails_from": 767, "outcome": "death", "resolution": 256,
         "resolved": True}
     # the map matches the raw outcomes point by point
     for arm in ARMS:
@@ -152,15 +154,15 @@ def test_survival_map_and_verdict(run: Path):
                for p in costs[arm]["survival"]["points"]}
         assert got == raw
     dies = claims(run, "dies", "cost")
-    assert ("`dies`: the server process died at the first prompt of 639 tokens (SIGABRT); "
-            "survives 575, dies from 639 tokens (to 64 tokens)") in dies
+    assert ("`dies`: the server process died at the first prompt of 767 tokens (SIGABRT); "
+            "survives 512, dies from 767 tokens (to 256 tokens)") in dies
     hangs = claims(run, "hangs", "cost")
-    assert ("`hangs`: requests hung (no answer, no work) at the first prompt of 639 tokens "
-            "while its health check still answered; survives 575, hangs from 639 tokens "
-            "(to 64 tokens)") in hangs
+    assert ("`hangs`: requests hung (no answer, no work) at the first prompt of 767 tokens "
+            "while its health check still answered; survives 512, hangs from 767 tokens "
+            "(to 256 tokens)") in hangs
     survival = set(claims(run, "dies", "survival"))
-    assert ("`dies`, single prompts: survives 575, dies from 639 tokens (to 64 tokens); "
-            "longest that held 575 tokens; levels 1, 2") in survival
+    assert ("`dies`, single prompts: survives 512, dies from 767 tokens (to 256 tokens); "
+            "longest that held 512 tokens; levels 1, 2") in survival
     # slow is not a failure: no cost claim about the slow arm's survival
     assert not [c for c in claims(run, "slow", "cost") if "`slow`:" in c]
     assert costs["slow"]["survival"]["largest_ok_length"] == {"1": 1023, "2": 1023}
@@ -172,9 +174,9 @@ def test_survival_map_and_verdict(run: Path):
                      for arm in ARMS for lv in (1, 2))
     assert f"| 1,023 | {row} |" in report
     assert "| 1,280 | error 400 | - | DEATH SIGABRT | - | HANG | - | error 400 | - |" in report
-    # speed: 2 cost loads x 3 kept replicates per arm, with a band per metric
+    # speed: 3 kept replicates per arm, with a band per metric
     speed = costs["stock"]["speed"]["per_length"][0]
-    assert speed["replicates"] == 6 and speed["decode_tok_s"]["band95"] is not None
+    assert speed["replicates"] == 3 and speed["decode_tok_s"]["band95"] is not None
 
 
 def test_rederive_gives_the_same_bands_and_verdict(run: Path):
