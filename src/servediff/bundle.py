@@ -151,6 +151,15 @@ def write_lock(root: Path, locked: LockedPlan) -> None:
                              **locked.canonical()})
 
 
+def factor_order(factors: dict[str, Any], arms: dict[str, Any]) -> dict[str, Any]:
+    """The factors in the plan's order, which the sorted lock file loses: the order names
+    the arms they make (serial+eager, not eager+serial). The design puts each factor's
+    arm of its own in that order (plan.design), and the arm order is kept."""
+    alone = [arm["factors"][0] for arm in arms.values() if len(arm.get("factors") or []) == 1]
+    rank = {name: alone.index(name) if name in alone else len(alone) for name in factors}
+    return {name: factors[name] for name in sorted(factors, key=rank.__getitem__)}
+
+
 def read_lock(root: Path) -> LockedPlan:
     """The locked plan; its sha256 is checked against the content exactly as stored, so a
     lock written by an earlier servediff (whose plan had fewer keys) still checks."""
@@ -165,6 +174,8 @@ def read_lock(root: Path) -> LockedPlan:
             raise BundleError(f"{path}: the stored sha256 does not match the plan it holds")
         plan = dict(data["plan"])
         plan["arms"] = {name: plan["arms"][name] for name in data["arm_order"]}
+        if plan.get("factors"):
+            plan["factors"] = factor_order(plan["factors"], plan["arms"])
         return LockedPlan(plan=Plan.model_validate(plan),
                           corpus=Corpus.model_validate(data["corpus"]), sha256=data["sha256"])
     except (ValidationError, KeyError, TypeError) as exc:

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from servediff.analysis.findings import FailureClaim, Summary
 from servediff.analysis.summary import summarize
-from servediff.bundle import read_evidence
+from servediff.bundle import read_evidence, read_lock, write_lock
 from servediff.engines import registry
 from servediff.errors import PlanError
 from servediff.plan import Plan, lock, resolve_plan
@@ -111,6 +111,21 @@ def test_two_factors_make_the_full_factorial_named_by_their_factors(tmp_path: Pa
     assert list(locked.canonical()["plan"]["arms"]) == list(plan.arms)
     again = Plan.model_validate(locked.canonical()["plan"])
     assert lock(again, TEXTS).sha256 == locked.sha256
+
+
+def test_factors_out_of_alphabetical_order_survive_the_lock_file(tmp_path: Path,
+                                                                 fake_engine: None):
+    # the lock file sorts its keys: the factors' own order, which names the arms
+    # (serial+eager, never eager+serial), is kept beside it, as the arms' order is
+    plan = factor_plan(tmp_path, factors={"serial": {"options": {"max_batch": 1}},
+                                          "eager": {"options": {"attn": "eager"}}})
+    assert list(plan.arms) == ["baseline", "serial", "eager", "serial+eager"]
+    locked = lock(plan, TEXTS)
+    write_lock(tmp_path, locked)
+    again = read_lock(tmp_path)
+    assert list(again.plan.factors) == ["serial", "eager"]
+    assert list(again.plan.arms) == list(plan.arms) and again.sha256 == locked.sha256
+    write_lock(tmp_path, lock(plan, TEXTS))  # the same run: accepted
 
 
 def test_more_than_three_factors_are_each_alone_and_all_together(tmp_path: Path,

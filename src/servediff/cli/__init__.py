@@ -11,6 +11,7 @@ import importlib
 import sys
 
 import click
+from rich.markup import escape
 
 from servediff import __version__
 from servediff.cli.console import err
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, prog_name="servediff", standalone_mode=False)
     except ServediffError as exc:
-        err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, markup=True,
+        err.print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False, markup=True,
                   soft_wrap=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 from rich.console import RenderableType
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -73,7 +74,7 @@ class RichObserver:
             self.progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def note(self, message: str) -> None:
-        self.progress.console.print(f"[dim]{message}[/dim]", markup=True, highlight=False)
+        self.progress.console.print(f"[dim]{escape(message)}[/dim]", markup=True, highlight=False)
 
     def load_starting(self, arm: str, load: int, attempt: int, phase: Phase) -> None:
         again = f" (attempt {attempt})" if attempt > 1 else ""
