@@ -228,6 +228,22 @@ def test_when_no_arm_meets_the_criterion_the_best_is_named(
         "No arm meets the criterion")
 
 
+def test_one_load_per_arm_leaves_drift_across_loads_unmeasured(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # the concurrency control of a single load is not a comparison across loads: the
+    # drift between loads that the_case has is not measured, and the answer says so
+    plan = factor_plan(tmp_path, loads_per_arm=1)
+    summary = run(tmp_path, monkeypatch, plan, the_case)
+    assert summary.factors is not None
+    assert all(a.drift[0].reproducible is None for a in summary.factors.arms)
+    ship = summary.factors.ship
+    assert ship.unmeasured == ["across loads"]
+    assert (ship.arm, ship.meets) == ("baseline", True)
+    first = ship_words.ship_lines(summary)[0]
+    assert "bit-identical within a load and under concurrency (across cold loads: not " \
+        "measured;" in first
+
+
 def test_a_four_arm_run_reads_at_80_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     summary = run(tmp_path, monkeypatch, factor_plan(tmp_path), the_case)
     console = Console(width=80, record=True, file=io.StringIO())

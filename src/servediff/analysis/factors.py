@@ -59,8 +59,9 @@ def regime_drift(drift: ArmDrift | None, regime: Regime) -> RegimeDrift:
         return RegimeDrift(regime=regime, reproducible=None)
     gen, conc = drift.generation, drift.concurrency
     measured = {
+        # a control compared across loads needs two of them (one load: a list of one)
         "across loads": bool(drift.across_load or (gen and gen.across_load)
-                             or (conc and conc.across_loads)),
+                             or (conc and any(len(c.loads) > 1 for c in conc.across_loads))),
         "within a load": bool(drift.within_load or (gen and gen.within_load)
                               or (conc and conc.loads)),
         "concurrency": bool(drift.batch_size or (conc and conc.loads)),
