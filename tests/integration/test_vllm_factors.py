@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from servediff.report.ship import ship_lines
 from tests.integration.engines import (
     MARK_BUSY,
     assert_all_stopped,
@@ -56,7 +57,10 @@ def test_prefix_loss_is_no_prefix_alone_and_the_kv_cut_small_kv_alone(factors_ru
     run = factors_run
     assert_all_stopped(run)
     summary = summary_of(run)
-    assert list(summary.arms) == ["baseline", "no_prefix", "small_kv", "no_prefix+small_kv"]
+    assert summary.factors is not None
+    # the design's order (summary.json's keys are sorted)
+    assert [a.arm for a in summary.factors.arms] == [
+        "baseline", "no_prefix", "small_kv", "no_prefix+small_kv"]
     # what each arm's engine reported: vLLM's own pool and prefix-cache state
     costs = summary.costs
     full, cut = costs["baseline"].capacity.kv_tokens, costs["small_kv"].capacity.kv_tokens
@@ -69,7 +73,6 @@ def test_prefix_loss_is_no_prefix_alone_and_the_kv_cut_small_kv_alone(factors_ru
         prefix = costs[arm].prefix
         assert prefix is not None and prefix.later_cached_tokens is not None
         assert (prefix.later_cached_tokens > 0) is ("no_prefix" not in arm), arm
-    assert summary.factors is not None
     effects = {(x.factor, x.property.topic, x.property.what): x
                for x in summary.factors.attribution}
     for factor, topic, what in (("no_prefix", "prefix", None), ("small_kv", "capacity", "kv")):
@@ -81,6 +84,12 @@ def test_prefix_loss_is_no_prefix_alone_and_the_kv_cut_small_kv_alone(factors_ru
         found = effects[factor, topic, what]
         assert found.effect == "never", found
         assert [c.changed for c in found.contrasts] == [False, False]
+    # no drift regime was measured (one load, one text, no repeat, no concurrency): no
+    # answer on what to ship, and each factor with what it costs
+    lines = ship_lines(summary)
+    assert lines[0].startswith("No answer on reproducibility"), lines[0]
+    assert "`no_prefix`; on top of `baseline` it would cost:" in lines
+    assert "`small_kv`; on top of `baseline` it would cost:" in lines
     report = (run / "report.md").read_text()
     assert "## Which factor changes what" in report
     assert "## What to ship" in report.split("## Which factor changes what")[0]

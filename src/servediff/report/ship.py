@@ -53,7 +53,12 @@ def ship_lines(summary: Summary) -> list[str]:
     ship = f.ship
     chosen = _arm(f, ship.arm)
     drift = "; ".join(regime_text(r) for r in chosen.drift) if chosen else ""
-    if ship.meets and not ship.factors:
+    answered = bool(set(ship.require) - set(ship.unmeasured))
+    if not answered:
+        lines = ["No answer on reproducibility: no regime of the criterion was measured "
+                 f"(a probe off, or one load per arm). What each factor costs against "
+                 f"`{ship.arm}`:"]
+    elif ship.meets and not ship.factors:
         lines = [f"Ship the baseline: it is already {criterion_text(ship)} ({drift}); no "
                  "factor is needed for reproducibility here."]
     elif ship.meets:
@@ -74,7 +79,7 @@ def ship_lines(summary: Summary) -> list[str]:
                          "within the regime measured.")
     for left in ship.left_out:
         head = (f"`{left.factor}`: not needed for reproducibility here" if ship.meets
-                else f"`{left.factor}`: left out")
+                else f"`{left.factor}`: left out" if answered else f"`{left.factor}`")
         if left.arm is None:
             lines.append(f"{head}; its costs were not measured (no arm of it here).")
         elif left.costs:
