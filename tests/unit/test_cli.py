@@ -86,6 +86,10 @@ def test_a_big_new_run_from_a_script_needs_yes_and_every_run_says_its_size(tmp_p
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "protocol: 8 loads, 26 cells, about 1,584 requests (the sweep counted up to a " \
         "context of 8,192 tokens" in " ".join(done.stderr.split())
+    # the bisection is not in the count (it runs only on a failure); its bound is said:
+    # 4,096..8,191 halved to within 409 tokens (5 % of 8,191) is 4 prompts
+    assert "a failure inside it adds up to 4 bisection prompts per sweep" in \
+        " ".join(done.stderr.split())
     assert "rough estimate: about " in done.stderr and "135 M parameters" in done.stderr
     assert "big.toml: about 1,584 requests in 26 cells, more than 1,000" in done.stderr
     assert "pass --yes to start it" in done.stderr and not (tmp_path / "out").exists()

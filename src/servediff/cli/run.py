@@ -20,7 +20,7 @@ from servediff.errors import InputError
 from servediff.estimate import describe, estimate
 from servediff.plan import Plan, load_plan_file, resolve_plan
 from servediff.probes import protocol_size
-from servediff.probes.sweep import SweepSettings
+from servediff.probes.sweep import SweepSettings, bisection_bound
 from servediff.report.table import drift_table, run_view
 from servediff.runner import Runner
 
@@ -47,8 +47,12 @@ def announce(plan: Plan, corpus: Corpus, root: Path, base: Path, yes: bool,
     """Say the protocol's size and a rough duration before anything starts; refuse a big
     new run from a script unless --yes says it is meant."""
     size = protocol_size(plan, corpus)
+    spec = plan.probes.get(SweepSettings)
+    most = bisection_bound(spec, size.context)
+    bisect = (f"; a failure inside it adds up to {most} bisection prompts per sweep, each "
+              "may need a restart") if most else ""
     sweep = (f" (the sweep counted up to a context of {size.context:,} tokens; the engine "
-             "reports its own)") if plan.probes.get(SweepSettings).enabled else ""
+             f"reports its own{bisect})") if spec.enabled else ""
     err.print(f"protocol: {size.loads} loads, {size.cells} cells, about {size.requests:,} "
               f"requests{sweep}", highlight=False)
     err.print(describe(estimate(plan, size, base)), highlight=False)

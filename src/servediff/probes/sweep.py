@@ -29,6 +29,7 @@ so no prefix cache can shorten a long prompt.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -116,6 +117,22 @@ def points(spec: SweepSettings, context: int | None, limit: int | None = None
             lengths = sorted([*lengths, limit])
     fits = [n for n in lengths if context is None or n < context]
     return [(n, 1) for n in lengths] + [(n, c) for c in spec.levels if c > 1 for n in fits]
+
+
+def bisection_bound(spec: SweepSettings, context: int | None) -> int:
+    """The most single prompts a bisection can add to one sweep: between the two planned
+    lengths furthest apart that a failure could fall between (0: none, or it is off)."""
+    if spec.resolution == 0:
+        return 0
+    singles = sorted(n for n, level in points(spec, context) if level == 1
+                     and (context is None or n < context))
+    most = 0
+    for held, top in itertools.pairwise(singles):
+        steps, gap = 0, top - held
+        while gap > max(spec.resolution_at(top), 1):
+            gap, steps = (gap + 1) // 2, steps + 1
+        most = max(most, steps)
+    return most
 
 
 def failed(point: SweepPoint, context: int | None) -> bool:
