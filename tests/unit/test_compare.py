@@ -88,3 +88,71 @@ def test_exact_statistics():
     assert mcnemar(0, 0) is None
     assert mcnemar(0, 6) == pytest.approx(2 * 0.5 ** 6)
     assert compare({"x": TextScore(1.0)}, {"x": TextScore(2.0)}).moved_ci95[0] > 0
+
+
+def scored(logprobs: list[float]) -> TextScore:
+    return TextScore(-sum(logprobs), list(range(len(logprobs) + 1)), logprobs)
+
+
+def test_a_text_that_moves_from_its_first_token_is_named_from_the_start():
+    base = [-1.0, -2.0, -0.5, -3.0]
+    a = {"x": scored(base), "y": scored(base), "same": scored(base)}
+    b = {"x": scored([-1.25, -2.0, -0.5, -3.0]), "y": scored([-1.5, -2.5, -0.5, -3.0]),
+         "same": scored(base)}
+    result = compare(a, b)
+    texts = {t.tag: t for t in result.moved_texts}
+    assert sorted(texts) == ["x", "y"]
+    assert (texts["x"].first, texts["x"].differing, texts["x"].max_abs) == (0, 1, 0.25)
+    assert (texts["y"].first, texts["y"].differing, texts["y"].max_abs) == (0, 2, 0.5)
+    assert texts["x"].length == 4
+    first = result.first_moved
+    assert first is not None and (first.texts, first.from_start) == (2, 2)
+    assert (first.min, first.max, first.max_fraction) == (0, 0, 0.0)
+
+
+def test_a_text_identical_up_to_a_boundary_first_moves_there():
+    # 12 scored positions identical, then the rest moved: positions 12.. of 16 and of 24
+    def text(n: int, moved_from: int | None) -> TextScore:
+        return scored([-1.0 - (0.5 if moved_from is not None and i >= moved_from else 0.0)
+                       for i in range(n)])
+
+    a = {"short": text(16, None), "long": text(24, None), "tiny": text(8, None)}
+    b = {"short": text(16, 12), "long": text(24, 12), "tiny": text(8, None)}
+    result = compare(a, b)
+    texts = {t.tag: t for t in result.moved_texts}
+    assert (texts["short"].first, texts["short"].differing) == (12, 4)
+    assert (texts["long"].first, texts["long"].differing) == (12, 12)
+    first = result.first_moved
+    assert first is not None
+    assert (first.from_start, first.min, first.median, first.max) == (0, 12, 12, 12)
+    assert (first.min_fraction, first.max_fraction) == (0.5, 0.75)
+
+
+def test_without_stored_logprobs_the_position_is_unknown():
+    result = compare({"x": TextScore(1.0)}, {"x": TextScore(2.0)})
+    (text,) = result.moved_texts
+    assert text.first is None and result.first_moved is None
+
+
+def test_the_report_says_where_moved_texts_first_differ():
+    from servediff.report.words import first_moved_text
+
+    base = [-1.0] * 20
+
+    def moved_from(*starts: int) -> str | None:
+        a = {f"t{i}": scored(base) for i in range(len(starts))}
+        b = {f"t{i}": scored([-1.0 if j < s else -1.5 for j in range(20)])
+             for i, s in enumerate(starts)}
+        return first_moved_text("L1 vs L2", compare(a, b))
+
+    assert moved_from(0, 0) == ("L1 vs L2: all 2 moved texts first differ at position 0: "
+                                "another kernel or path from the start")
+    # one common position: named as the likely boundary, as a hint
+    assert "identical up to position 16 (80% of its length), where they first differ: a " \
+        "boundary there" in (moved_from(16, 16) or "")
+    # scattered: later than 0, and no boundary named
+    scattered = moved_from(3, 11, 16) or ""
+    assert "differ from positions 3 to 16 (median 11;" in scattered
+    assert "no common position" in scattered and "boundary" not in scattered
+    assert "1 of 2 moved texts first differ at position 0" in (moved_from(0, 9) or "")
+    assert first_moved_text("x", compare({"x": TextScore(1.0)}, {"x": TextScore(2.0)})) is None

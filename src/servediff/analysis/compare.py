@@ -8,11 +8,12 @@ tag scored with different ids is counted apart, never compared.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from servediff.analysis import stats
-from servediff.analysis.findings import Comparison
+from servediff.analysis.findings import Comparison, FirstMoved, MovedText
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,32 @@ class TextScore:
 def moved(delta: float, threshold: float) -> bool:
     """A text moved when |delta| exceeds the threshold; threshold 0 means any difference."""
     return delta != 0.0 if threshold == 0 else abs(delta) > threshold
+
+
+def moved_text(tag: str, a: TextScore, b: TextScore) -> MovedText:
+    """Where two scorings of one text (same ids) first differ, position by position."""
+    la, lb = list(a.token_logprobs or []), list(b.token_logprobs or [])
+    if not la or len(la) != len(lb):
+        return MovedText(tag=tag, length=max(len(la), len(lb)), first=None, differing=0,
+                         max_abs=0.0)
+    diffs = [abs(y - x) for x, y in zip(la, lb, strict=True)]
+    where = [i for i, d in enumerate(diffs) if d != 0.0]
+    return MovedText(tag=tag, length=len(la), first=where[0] if where else None,
+                     differing=len(where), max_abs=max(diffs))
+
+
+def first_moved(texts: Sequence[MovedText]) -> FirstMoved | None:
+    """The first-moved positions of the moved texts whose logprobs were stored."""
+    known = [(t.first, t.first / t.length) for t in texts
+             if t.first is not None and t.length > 0]
+    if not known:
+        return None
+    firsts = [f for f, _ in known]
+    fractions = [x for _, x in known]
+    return FirstMoved(texts=len(known), from_start=sum(f == 0 for f in firsts),
+                      min=min(firsts), median=statistics.median(firsts), max=max(firsts),
+                      min_fraction=min(fractions), median_fraction=statistics.median(fractions),
+                      max_fraction=max(fractions))
 
 
 def compare(a: Mapping[str, TextScore], b: Mapping[str, TextScore],
@@ -47,6 +74,7 @@ def compare(a: Mapping[str, TextScore], b: Mapping[str, TextScore],
              or list(a[t].token_logprobs or []) == list(b[t].token_logprobs or []))
         for t in tags
     )
+    texts = [moved_text(tag, a[tag], b[tag]) for tag in moved_tags]
     return Comparison(
         compared=len(tags),
         moved=len(moved_tags),
@@ -60,4 +88,6 @@ def compare(a: Mapping[str, TextScore], b: Mapping[str, TextScore],
         only_a=sorted(set(a) - set(b)),
         only_b=sorted(set(b) - set(a)),
         deltas=deltas,
+        moved_texts=texts,
+        first_moved=first_moved(texts),
     )

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
 from servediff.plan import ProbesSpec, Regime
 
-SUMMARY_SCHEMA_VERSION = 7
+SUMMARY_SCHEMA_VERSION = 8
 
 Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
 Band = list[float]
@@ -27,6 +27,35 @@ class Finding(BaseModel):
 
 
 # --- comparisons of per-text scores -------------------------------------------------------
+
+class MovedText(Finding):
+    """Where a moved text's per-token logprobs first differ. Positions count scored
+    tokens: 0 is the logprob of the text's second token given its first."""
+
+    tag: str
+    # scored positions in the text, and the first one whose logprob differs (None: the
+    # per-token logprobs were not stored, or they are equal and only the sum moved)
+    length: int
+    first: int | None
+    # how many positions differ, and the largest per-token |difference| (nats)
+    differing: int
+    max_abs: float
+
+
+class FirstMoved(Finding):
+    """The distribution of first-moved positions over a comparison's moved texts, as
+    positions and as fractions of each text's length."""
+
+    texts: int
+    # how many moved texts differ from position 0 (another kernel from the start)
+    from_start: int
+    min: int
+    median: float
+    max: int
+    min_fraction: float
+    median_fraction: float
+    max_fraction: float
+
 
 class Comparison(Finding):
     """b minus a over the texts both scored with the same ids."""
@@ -45,6 +74,9 @@ class Comparison(Finding):
     only_b: list[str] = Field(default_factory=list)
     # b - a per compared text
     deltas: dict[str, float] = Field(default_factory=dict)
+    # per moved text, where its logprobs first differ (schema 8), and their distribution
+    moved_texts: list[MovedText] = Field(default_factory=list)
+    first_moved: FirstMoved | None = None
 
 
 class LoadPair(Comparison):

@@ -14,6 +14,7 @@ from servediff.analysis.findings import (
     ArmDrift,
     CapacityClaim,
     Claim,
+    Comparison,
     Coverage,
     DriftClaim,
     DriftFinding,
@@ -117,6 +118,28 @@ def _parts(sig: Signature) -> list[tuple[str, str]]:
         text = finding_text(f)
         out.append((text.split(" (")[0], text))
     return out
+
+
+def first_moved_text(label: str, c: Comparison) -> str | None:
+    """Where a comparison's moved texts first differ, in one sentence (None: not known)."""
+    f = c.first_moved
+    if f is None:
+        return None
+    few = "the moved text" if f.texts == 1 else f"all {f.texts} moved texts"
+    if f.from_start == f.texts:
+        return (f"{label}: {few} first differ at position 0: another kernel or path "
+                "from the start")
+    span = (f"position {f.min:,} ({f.min_fraction:.0%} of its length)" if f.min == f.max
+            else f"positions {f.min:,} to {f.max:,} (median {f.median:,.0f}; "
+            f"{f.min_fraction:.0%} to {f.max_fraction:.0%} of their lengths)")
+    if f.from_start == 0 and f.min == f.max:
+        return (f"{label}: {few} are identical up to {span}, where they first differ: a "
+                "boundary there (a chunk, split or batch size) is the likely place to look")
+    if f.from_start == 0:
+        return (f"{label}: {few} are identical at first and differ from {span}: later than "
+                "position 0, at no common position")
+    return (f"{label}: {f.from_start} of {f.texts} moved texts first differ at position 0, "
+            f"the others later (first differences from {span})")
 
 
 def signature_text(sig: Signature) -> str:
