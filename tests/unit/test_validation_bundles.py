@@ -148,6 +148,17 @@ def test_per_load_kernel_choice_is_caught_on_the_h200(tmp_path: Path):
     assert [p.moved for p in arms["compiled_shared"].across_load] == [5, 4, 8]
     assert arms["compiled_fresh"].caches_empty_at_start == [True, True, True]
     assert arms["compiled_shared"].caches_empty_at_start == [True, False, False]
+    # where they moved (docs/validation/README.md): every fresh compile from position 0 of
+    # every text; with the warm cache, identical at first and moved from positions 5 to 67,
+    # scattered, with every text in the one 128-token compile bucket (69 to 121 scored)
+    for p in arms["compiled_fresh"].across_load:
+        assert p.first_moved is not None and p.first_moved.from_start == p.moved == 16
+    shared = [p.first_moved for p in arms["compiled_shared"].across_load]
+    assert [(f.from_start, f.min, f.max) for f in shared if f] == [
+        (0, 5, 63), (0, 24, 67), (0, 5, 67)]
+    lengths = {t.length for a in ("compiled_fresh", "compiled_shared")
+               for p in arms[a].across_load for t in p.moved_texts}
+    assert min(lengths) == 69 and max(lengths) == 121
     costs = {p.arm: [c for c in p.claims if c.kind == "cost"] for p in summary.verdict.pairs}
     for arm in ("compiled_fresh", "compiled_shared"):
         (start,) = costs[arm]
