@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from servediff.analysis import stats
 from servediff.analysis.findings import Comparison, FirstMoved, MovedText
+from servediff.analysis.shapes import shared_shape
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ def compare(a: Mapping[str, TextScore], b: Mapping[str, TextScore],
         for t in tags
     )
     texts = [moved_text(tag, a[tag], b[tag]) for tag in moved_tags]
+    lengths = {tag: len(ids) for tag in tags if (ids := a[tag].token_ids) is not None}
     return Comparison(
         compared=len(tags),
         moved=len(moved_tags),
@@ -90,4 +92,5 @@ def compare(a: Mapping[str, TextScore], b: Mapping[str, TextScore],
         deltas=deltas,
         moved_texts=texts,
         first_moved=first_moved(texts),
+        shared_shape=shared_shape(moved_tags, lengths) if len(lengths) == len(tags) else None,
     )

@@ -57,6 +57,31 @@ class FirstMoved(Finding):
     max_fraction: float
 
 
+class ShapeGroup(Finding):
+    """The compared texts in one group of a shape fact: how many, how many moved, and
+    the corrected one-sided Fisher p that the group holds more moved texts than chance."""
+
+    value: int
+    texts: int
+    moved: int
+    p_adjusted: float
+
+
+class SharedShape(Finding):
+    """Whether the moved texts share a shape: the compared texts grouped by `fact`
+    (`length bucket`: the power of two at or above the text's token count, the shape a
+    compiled engine pads to). `named`: the values whose groups hold the moved texts
+    beyond chance (corrected p < 0.05); `exact`: whether the moved texts are exactly
+    the texts of the named groups."""
+
+    fact: Literal["length bucket"]
+    groups: list[ShapeGroup]
+    named: list[int]
+    exact: bool
+    # the corrected p of the named groups taken together (None: none named)
+    p_adjusted: float | None
+
+
 class Comparison(Finding):
     """b minus a over the texts both scored with the same ids."""
 
@@ -77,6 +102,9 @@ class Comparison(Finding):
     # per moved text, where its logprobs first differ (schema 8), and their distribution
     moved_texts: list[MovedText] = Field(default_factory=list)
     first_moved: FirstMoved | None = None
+    # which shape the moved texts share (None: nothing moved, everything did, or the
+    # compared texts fall in one group)
+    shared_shape: SharedShape | None = None
 
 
 class LoadPair(Comparison):

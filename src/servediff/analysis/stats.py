@@ -1,8 +1,9 @@
 """Exact statistics for counts of moved texts and divergent responses.
 
 Clopper-Pearson intervals for a rate seen as k of n; exact McNemar tests for
-paired arm comparisons (texts that moved under one arm only); and the smallest
-per-text move rate a corpus of n texts would have caught. scipy does the
+paired arm comparisons (texts that moved under one arm only); the smallest
+per-text move rate a corpus of n texts would have caught; and one-sided Fisher
+exact tests of whether a group of texts holds more of the moved ones than chance. scipy does the
 arithmetic; it is imported on first use, so the CLI starts without it.
 """
 
@@ -40,3 +41,12 @@ def mcnemar(a_only: int, b_only: int) -> float | None:
     from scipy.stats import binomtest
 
     return stable(binomtest(min(a_only, b_only), a_only + b_only, 0.5).pvalue)
+
+
+def fisher_greater(in_moved: int, in_still: int, out_moved: int, out_still: int) -> float:
+    """One-sided Fisher exact p-value that a group holds more of the moved texts than
+    chance: the 2x2 table (in the group, outside it) x (moved, not)."""
+    from scipy.stats import fisher_exact
+
+    _, p = fisher_exact([[in_moved, in_still], [out_moved, out_still]], alternative="greater")
+    return stable(float(p))

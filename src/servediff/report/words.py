@@ -142,6 +142,23 @@ def first_moved_text(label: str, c: Comparison) -> str | None:
             f"the others later (first differences from {span})")
 
 
+def shared_shape_text(label: str, c: Comparison) -> str | None:
+    """Which length buckets the moved texts share, when the test names one (None: not
+    tested, or nothing beyond chance)."""
+    shape = c.shared_shape
+    if shape is None or not shape.named:
+        return None
+    buckets = [f"{v:,}" for v in shape.named]
+    where = (buckets[0] if len(buckets) == 1 else
+             ", ".join(buckets[:-1]) + " and " + buckets[-1]) + "-token length bucket" + (
+        "s" if len(buckets) > 1 else "")
+    held = sum(g.moved for g in shape.groups if g.value in shape.named)
+    size = sum(g.texts for g in shape.groups if g.value in shape.named)
+    how = "are exactly those in" if shape.exact else f"gather in ({held} of {size} there)"
+    return (f"{label}: the {c.moved} moved texts {how} the {where} (one-sided Fisher "
+            f"exact p = {shape.p_adjusted:.2g}, corrected over the buckets tried)")
+
+
 def signature_text(sig: Signature) -> str:
     return " + ".join(text for _, text in _parts(sig))
 
