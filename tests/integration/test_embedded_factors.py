@@ -3,11 +3,18 @@
 Factor `serial` (`max_batch = 1`: no batch of requests that arrived together) and
 factor `eager` (eager attention kernels instead of sdpa) make four arms. Each gets
 one drift load (two texts scored, identical greedy generations alone and two at once)
-and one cost load (TTFT, prefill and decode speed alone and two at once). The
-batcher puts two requests that arrive together into one padded batch, which changes
-their greedy generations: `serial` must be named the factor that removes that drift,
-with its cost at 2 in flight, `eager` a factor that changes no drift and costs TTFT
-one request at a time, and What to ship must be `serial`.
+and one cost load (TTFT, prefill and decode speed alone and two at once, 5
+replicates). The batcher puts two requests that arrive together into one padded batch,
+which changes their greedy generations: `serial` must be named the factor that removes
+that drift, with its cost at 2 in flight, `eager` a factor that changes no drift and
+costs TTFT one request at a time, and What to ship must be `serial`.
+
+The machine that runs the tests is not ours to keep quiet, and a claim measured on a
+busy machine is never a cost: the plan has no quiet-box gate and accepts any CPU use
+beside it (`max_foreign_cpu`), so its speed claims are judged by their noise bands
+alone. (In a CI run beside two other test workers, where the cells were marked busy,
+the two costs were still well outside their bands: serial's decode at 2 in flight
+[-2.80, -1.55] tok/s, eager's TTFT one at a time [+0.14, +0.66] s.)
 """
 
 from __future__ import annotations
@@ -58,10 +65,11 @@ kinds = ["generate"]
 [probes.speed]
 prompt_tokens = [512]
 max_tokens = 16
-replicates = 3
+replicates = 5
 levels = [1, 2]
 [quiet]
 gate_cost = false
+max_foreign_cpu = 64.0
 """ + probes_off("generate", "sweep", "prefix")
 
 
