@@ -9,8 +9,8 @@ not), Bonferroni-corrected over the groups tried, below 0.05. When the moved
 texts are exactly the texts of some groups, those groups are tested as one,
 corrected over every union of groups there is; several groups named one by
 one are tested again as one the same way. The answer says whether the moved
-texts are exactly the texts of the named groups. A single moved text in a group of its
-own separates exactly and means nothing: the test does not name it.
+texts are exactly the texts of the named groups. A single moved text in a group
+of its own separates exactly and means nothing: the test does not name it.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def length_bucket(tokens: int) -> int:
     return 1 << max(0, tokens - 1).bit_length()
 
 
-def _p(members: Collection[str], moved: Collection[str], total: int, tests: int) -> float:
-    inside = len(set(members) & set(moved))
+def _p(members: Collection[str], moved: set[str], total: int, tests: int) -> float:
+    inside = len(set(members) & moved)
     p = stats.fisher_greater(inside, len(members) - inside, len(moved) - inside,
                              total - len(members) - (len(moved) - inside))
     return stats.stable(min(1.0, p * tests))
@@ -37,38 +37,36 @@ def _p(members: Collection[str], moved: Collection[str], total: int, tests: int)
 
 def shared_shape(moved: Collection[str], lengths: Mapping[str, int]) -> SharedShape | None:
     """The compared texts' lengths (tokens) by tag, and the tags that moved."""
-    moved = [t for t in moved if t in lengths]
-    if not moved or len(moved) == len(lengths):
+    hit = {t for t in moved if t in lengths}
+    if not hit or len(hit) == len(lengths):
         return None
     groups: dict[int, list[str]] = {}
     for tag, n in lengths.items():
         groups.setdefault(length_bucket(n), []).append(tag)
     if len(groups) < 2:
         return None
-    total = len(lengths)
-    rows = [ShapeGroup(value=value, texts=len(members),
-                       moved=len(set(members) & set(moved)),
-                       p_adjusted=_p(members, moved, total, len(groups)))
-            for value, members in sorted(groups.items())]
-    unions = 2 ** len(groups) - 2
+    total, unions = len(lengths), 2 ** len(groups) - 2
+
+    def members(values: list[int]) -> set[str]:
+        return {t for v in values for t in groups[v]}
+
+    rows = [ShapeGroup(value=value, texts=len(tags), moved=len(set(tags) & hit),
+                       p_adjusted=_p(tags, hit, total, len(groups)))
+            for value, tags in sorted(groups.items())]
     # the groups every text of which moved: when they hold all the moved texts, the
     # moved texts are exactly those groups (tested as one, over every union there is)
-    full = [v for v, members in sorted(groups.items()) if set(members) <= set(moved)]
-    named: list[int] = []
-    together = None
-    if full and {t for v in full for t in groups[v]} == set(moved):
-        together = _p([t for v in full for t in groups[v]], moved, total, unions)
-        named = full if together < ALPHA else []
-    if not named:
+    full = [v for v, tags in sorted(groups.items()) if set(tags) <= hit]
+    named = full if full and members(full) == hit else []
+    together = _p(members(named), hit, total, unions) if named else None
+    if together is None or together >= ALPHA:
         named = [g.value for g in rows if g.p_adjusted < ALPHA]
-        together = None
-        if len(named) > 1:
-            together = _p([t for v in named for t in groups[v]], moved, total, unions)
-            named = named if together < ALPHA else []
-        elif named:
+        if len(named) == 1:
             together = next(g.p_adjusted for g in rows if g.value == named[0])
-        if not named:
+        elif named:
+            together = _p(members(named), hit, total, unions)
+        else:
             together = None
-    inside = {t for v in named for t in groups[v]}
+        if together is not None and together >= ALPHA:
+            named, together = [], None
     return SharedShape(fact="length bucket", groups=rows, named=named,
-                       exact=bool(named) and inside == set(moved), p_adjusted=together)
+                       exact=bool(named) and members(named) == hit, p_adjusted=together)

@@ -3,8 +3,9 @@
 Clopper-Pearson intervals for a rate seen as k of n; exact McNemar tests for
 paired arm comparisons (texts that moved under one arm only); the smallest
 per-text move rate a corpus of n texts would have caught; and one-sided Fisher
-exact tests of whether a group of texts holds more of the moved ones than chance. scipy does the
-arithmetic; it is imported on first use, so the CLI starts without it.
+exact tests of whether a group of texts holds more of the moved ones than
+chance. scipy does the arithmetic; it is imported on first use, so the CLI
+starts without it.
 """
 
 from __future__ import annotations

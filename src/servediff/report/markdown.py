@@ -91,8 +91,7 @@ def arm_lines(arm: str, data: ArmDrift) -> list[str]:
         *((f"Load {p.load_a} vs load {p.load_b}", p) for p in data.across_load),
         *((f"Load {p.load}, repeat {p.repeat}", p) for p in data.within_load),
         *((f"Load {p.load}, batch size {p.batch_size}", p) for p in data.batch_size))
-        for text in (words.first_moved_text(label, p), words.shared_shape_text(label, p))
-        if text]
+        for text in words.where_drift_starts(label, p)]
     if where:
         lines += ["", "Where drift starts (positions count scored tokens from 0; length "
                   "buckets are powers of two): " + "; ".join(where) + "."]
@@ -167,10 +166,8 @@ def render(summary: Summary, run_name: str, bundle_sha256: str | None = None) ->
         lines += [_pair_line(f"{p.arm_a} vs {p.arm_b}: {words.shift_text(p.signature)}", p)
                   for p in summary.arm_shifts]
         for p in summary.arm_shifts:
-            for text in (words.first_moved_text(f"`{p.arm_a}` vs `{p.arm_b}`", p),
-                         words.shared_shape_text(f"`{p.arm_a}` vs `{p.arm_b}`", p)):
-                if text:
-                    lines.append(f"\n{text}.")
+            lines += [f"\n{text}." for text in
+                      words.where_drift_starts(f"`{p.arm_a}` vs `{p.arm_b}`", p)]
             d = p.reload_discordant
             if d.texts:
                 pval = "n/a" if d.mcnemar_p is None else f"{d.mcnemar_p:.3g}"

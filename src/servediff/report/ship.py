@@ -15,7 +15,13 @@ from servediff.analysis.findings import (
     Ship,
     Summary,
 )
-from servediff.report.words import METRIC_NAMES, claim_text, in_flight, untested_text
+from servediff.report.words import (
+    METRIC_NAMES,
+    and_list,
+    claim_text,
+    in_flight,
+    untested_text,
+)
 
 REGIME_WORDS = {"across loads": "across cold loads", "within a load": "within a load",
                 "concurrency": "under concurrency"}
@@ -25,11 +31,7 @@ def criterion_text(ship: Ship) -> str:
     regimes = [REGIME_WORDS[r] for r in ship.require if r not in ship.unmeasured]
     how = ("bit-identical" if ship.threshold_abs_nll == 0 else
            f"no text moved by more than {ship.threshold_abs_nll:g} nats")
-    return f"{how} {_and(regimes)}" if regimes else "no regime of the criterion was measured"
-
-
-def _and(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+    return f"{how} {and_list(regimes)}" if regimes else "no regime of the criterion was measured"
 
 
 def regime_text(r: RegimeDrift) -> str:
@@ -69,7 +71,7 @@ def ship_lines(summary: Summary) -> list[str]:
                  f"`{ship.arm}` ({drift})."]
     if ship.unmeasured:
         lines.append(f"Not measured, so not part of the criterion: "
-                     f"{_and([REGIME_WORDS[r] for r in ship.unmeasured])}.")
+                     f"{and_list([REGIME_WORDS[r] for r in ship.unmeasured])}.")
     if ship.factors:
         if ship.costs:
             lines.append(f"Its costs against `{ship.baseline}`:")
@@ -109,7 +111,7 @@ def property_text(p: Property) -> str:
 
 def effect_text(a: Attribution) -> str:
     if a.effect == "interaction":
-        return ("only together with " + _and([f"`{x}`" for x in a.together_with])
+        return ("only together with " + and_list([f"`{x}`" for x in a.together_with])
                 if a.together_with else "in some combinations only")
     return {"always": "always", "never": "never (within the noise band)",
             "not measured": "not measured"}[a.effect]

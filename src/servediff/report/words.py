@@ -120,6 +120,17 @@ def _parts(sig: Signature) -> list[tuple[str, str]]:
     return out
 
 
+def and_list(items: list[str]) -> str:
+    """a; a and b; a, b and c."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def where_drift_starts(label: str, c: Comparison) -> list[str]:
+    """The sentences on where a comparison's moved texts first differ and which length
+    bucket they share, those that have something to say."""
+    return [t for t in (first_moved_text(label, c), shared_shape_text(label, c)) if t]
+
+
 def first_moved_text(label: str, c: Comparison) -> str | None:
     """Where a comparison's moved texts first differ, in one sentence (None: not known)."""
     f = c.first_moved
@@ -148,10 +159,8 @@ def shared_shape_text(label: str, c: Comparison) -> str | None:
     shape = c.shared_shape
     if shape is None or not shape.named:
         return None
-    buckets = [f"{v:,}" for v in shape.named]
-    where = (buckets[0] if len(buckets) == 1 else
-             ", ".join(buckets[:-1]) + " and " + buckets[-1]) + "-token length bucket" + (
-        "s" if len(buckets) > 1 else "")
+    where = and_list([f"{v:,}" for v in shape.named]) + "-token length bucket" + (
+        "s" if len(shape.named) > 1 else "")
     held = sum(g.moved for g in shape.groups if g.value in shape.named)
     size = sum(g.texts for g in shape.groups if g.value in shape.named)
     how = "are exactly those in" if shape.exact else f"gather in ({held} of {size} there)"
