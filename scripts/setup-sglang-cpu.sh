@@ -16,6 +16,9 @@
 # its plain-torch paths. servediff puts it first on PYTHONPATH, records that it did, and
 # fails a load whose engine log shows a stub was called.
 set -euo pipefail
+# pip keeps no second copy of what it downloads: the environment is the cache (a CI run on a
+# fresh machine ran out of disk while three set-ups downloaded side by side).
+export PIP_NO_CACHE_DIR=1
 dest="${1:-${SERVEDIFF_CACHE:-$HOME/.cache/servediff}/engines/sglang-cpu}"
 if [ -f "$dest/.servediff-ready" ]; then echo "$dest/bin/python"; exit 0; fi
 # One set-up at a time: a second caller waits here, then finds the environment ready.
@@ -46,6 +49,14 @@ for line in requires("sglang") or []:
         print(OURS.get(name, line.split(";")[0].strip()))
 PY
 "$dest/bin/pip" install -q -r "$dest/requirements.txt" >&2
+# CUDA-only files that a process without a GPU never opens (1.2 GB of the 7 GB): cuDNN's
+# engine libraries, which libcudnn.so.9 loads only when a cuDNN handle is made on a GPU, and
+# triton's CUDA compilers and static profiling libraries. The libraries that libtorch_cuda.so
+# names itself stay, so torch imports as before; the import below checks it.
+site="$("$dest/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+find "$site/nvidia/cudnn/lib" -name 'libcudnn_*.so*' -delete
+rm -rf "$site/triton/backends/nvidia/bin"
+find "$site/triton/backends/nvidia/lib" -name '*.a' -delete
 mkdir -p "$dest/stand-in/sgl_kernel"
 cat >"$dest/stand-in/sgl_kernel/__init__.py" <<'PY'
 """servediff's import-only stand-in for SGLang's kernel package (its CPU build is not on the

