@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 
 from servediff.packet import schema
+from servediff.report.plots import moved_comparisons
 from tests.integration.browser import render
 from tests.integration.engines import (
     MARK_BUSY,
@@ -23,6 +24,7 @@ from tests.integration.engines import (
     claims,
     run_plan,
     servediff,
+    summary_of,
 )
 
 pytestmark = pytest.mark.integration
@@ -60,9 +62,14 @@ def test_html_report_renders_every_plot_in_chromium(run: Path, chromium: Path, t
     assert page["errors"] == []
     assert page["requests"] == []  # the page loads nothing
     plots = {p["key"]: p for p in page["plots"]}
-    assert set(plots) == {"dnll-per-text", "dnll-magnitude", "drift-heatmap", "survival-map",
-                          "speed", "capacity"}
+    assert set(plots) == {"dnll-per-text", "dnll-magnitude", "first-moved", "drift-heatmap",
+                          "survival-map", "speed", "capacity"}
+    # where moved texts first differ: drawn when some comparison of the run moved
+    moved = bool(moved_comparisons(summary_of(run)))
     for key, p in plots.items():
+        if key == "first-moved" and not moved:
+            assert p["drawn"] == "no" and p["svg"] == 0, p
+            continue
         assert p["drawn"] == "yes" and p["svg"] == 1 and p["width"] > 100 and p["paths"] > 5, key
     assert shot.stat().st_size > 10_000
     if target := os.environ.get("SERVEDIFF_SCREENSHOT"):

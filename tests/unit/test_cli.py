@@ -171,6 +171,17 @@ def test_rederive_verify_scores_on_a_fixture_bundle(tmp_path: Path):
         assert f"no score rows match {flag} {value}; the run has arms a, loads 1, 2, probes " \
             "repeat, score" in unmatched.stderr
     assert {"arm", "load", "repeat", "tag", "token_ids", "sum_nll", "n_tokens"} <= set(rows[0])
+    # where each row first differs from its reference: load 2 from load 1, a repeat from
+    # its own load's pass (beta moved at its last position, 5, in load 2 only)
+    where = {(r["load"], r["probe"], r["tag"]): (r["vs"], r["first_differs"], r["differing"])
+             for r in rows}
+    assert where[1, "score", "beta"] == (None, None, None)
+    assert where[2, "score", "beta"] == ("a-load1-score", 5, 1)
+    assert where[2, "score", "alpha"] == ("a-load1-score", None, 0)
+    assert where[2, "repeat", "beta"] == ("a-load2-score", None, 0)
+    listing = servediff("scores", str(root), "--load", "2", "--probe", "score").stdout
+    beta = next(line for line in listing.splitlines() if "beta" in line)
+    assert beta.rstrip(" │").endswith("5") and "first diff: the first position" in listing
     (root / "summary.json").write_text((root / "summary.json").read_text().replace("0.5", "0.25"))
     changed = servediff("rederive", str(root))
     # it names the first keys that differ, with the stored and the re-derived value

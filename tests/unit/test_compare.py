@@ -148,7 +148,7 @@ def test_the_report_says_where_moved_texts_first_differ():
     assert moved_from(0, 0) == ("L1 vs L2: all 2 moved texts first differ at position 0: "
                                 "another kernel or path from the start")
     # one common position: named as the likely boundary, as a hint
-    assert "identical up to position 16 (80% of its length), where they first differ: a " \
+    assert "identical up to position 16 (80% of their lengths), where they first differ: a " \
         "boundary there" in (moved_from(16, 16) or "")
     # scattered: later than 0, and no boundary named
     scattered = moved_from(3, 11, 16) or ""

@@ -19,8 +19,8 @@ from servediff.packet import build, schema, target_revision
 from tests.fixtures.bundles import Launch, Layout, Stop, write_load
 from tests.unit.test_verdict import north_star
 
-PLOTS = {"dnll-per-text", "dnll-magnitude", "drift-heatmap", "survival-map", "speed",
-         "capacity"}
+PLOTS = {"dnll-per-text", "dnll-magnitude", "first-moved", "drift-heatmap", "survival-map",
+         "speed", "capacity"}
 
 
 def test_html_is_self_contained_with_every_plot(tmp_path: Path):

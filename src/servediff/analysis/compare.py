@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from servediff.analysis import stats
+from servediff.analysis.boundaries import EngineShapes, boundary_hint
 from servediff.analysis.findings import Comparison, FirstMoved, MovedText
 from servediff.analysis.shapes import shared_shape
 
@@ -56,8 +57,10 @@ def first_moved(texts: Sequence[MovedText]) -> FirstMoved | None:
 
 
 def compare(a: Mapping[str, TextScore], b: Mapping[str, TextScore],
-            threshold: float = 0.0) -> Comparison:
-    """b minus a, per tag, over the tags both hold with the same ids."""
+            threshold: float = 0.0, shapes: EngineShapes | None = None) -> Comparison:
+    """b minus a, per tag, over the tags both hold with the same ids; `shapes`: what the
+    run knows of the shapes the engine computed them in (none: score files from
+    elsewhere)."""
     common = [tag for tag in a if tag in b]
     ids_differ = [
         tag for tag in common
@@ -77,6 +80,8 @@ def compare(a: Mapping[str, TextScore], b: Mapping[str, TextScore],
     )
     texts = [moved_text(tag, a[tag], b[tag]) for tag in moved_tags]
     lengths = {tag: len(ids) for tag in tags if (ids := a[tag].token_ids) is not None}
+    scored = {tag: len(lp) for tag in tags if (lp := a[tag].token_logprobs)}
+    shapes = shapes or EngineShapes()
     return Comparison(
         compared=len(tags),
         moved=len(moved_tags),
@@ -92,5 +97,7 @@ def compare(a: Mapping[str, TextScore], b: Mapping[str, TextScore],
         deltas=deltas,
         moved_texts=texts,
         first_moved=first_moved(texts),
-        shared_shape=shared_shape(moved_tags, lengths) if len(lengths) == len(tags) else None,
+        shared_shape=shared_shape(moved_tags, lengths, shapes)
+        if len(lengths) == len(tags) else None,
+        boundary=boundary_hint(texts, scored, shapes),
     )

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from itertools import combinations
 
 from servediff.analysis import concurrency, generation, stats
+from servediff.analysis.boundaries import EngineShapes, engine_shapes
 from servediff.analysis.compare import TextScore, compare
 from servediff.analysis.findings import (
     ArmConcurrency,
@@ -37,7 +38,7 @@ from servediff.analysis.findings import (
     SkippedRepeat,
 )
 from servediff.bundle import Evidence, Layout
-from servediff.evidence import Cell, RequestKind
+from servediff.evidence import Cell, RequestKind, load_name
 from servediff.probes.concurrency import ConcurrencySettings
 from servediff.probes.score import RepeatSettings
 
@@ -148,10 +149,33 @@ def signature(across: list[tuple[Cell, Cell, Comparison]],
     return Signature(name="stable within threshold")
 
 
-def analyse_arm(cells: list[Cell], threshold: float, prefix_cache: bool | None) -> ArmDrift:
+Shapes = Mapping[str, EngineShapes]
+
+
+def cell_shapes(evidence: Evidence) -> dict[str, EngineShapes]:
+    """What each cell's launch says of the shapes its engine computed in, by cell name."""
+    launches = {(rec.name, x.attempt): x for rec in evidence.loads for x in rec.launches}
+    out = {}
+    for cell in evidence.cells:
+        launch = launches.get((load_name(cell.arm, cell.load, cell.phase), cell.launch))
+        if launch is not None:
+            out[cell.name] = engine_shapes(launch)
+    return out
+
+
+def compare_cells(a: Cell, b: Cell, threshold: float, shapes: Shapes) -> Comparison:
+    """Two cells' scores compared, with the shapes of the launches that measured them."""
+    none = EngineShapes()
+    return compare(scores_of(a), scores_of(b), threshold,
+                   shapes.get(a.name, none).joined(shapes.get(b.name, none)))
+
+
+def analyse_arm(cells: list[Cell], threshold: float, prefix_cache: bool | None,
+                shapes: Shapes | None = None) -> ArmDrift:
+    shapes = shapes or {}
     score_cells = sorted((c for c in cells if c.probe == "score"), key=lambda c: c.load)
     repeats = [c for c in cells if c.probe == "repeat"]
-    across = [(a, b, compare(scores_of(a), scores_of(b), threshold))
+    across = [(a, b, compare_cells(a, b, threshold, shapes))
               for a, b in combinations(score_cells, 2)]
     within: list[tuple[Cell, Cell, Comparison]] = []
     skipped: list[SkippedRepeat] = []
@@ -161,7 +185,7 @@ def analyse_arm(cells: list[Cell], threshold: float, prefix_cache: bool | None) 
         base = next((c for c in score_cells if c.load == cell.load), None)
         if base is not None and base.launch == cell.launch:
             sizes = sorted({r.batch_size for r in base.records})
-            comp = compare(scores_of(base), scores_of(cell), threshold)
+            comp = compare_cells(base, cell, threshold, shapes)
             batches.append(BatchPair(load=cell.load, batch_size=cell.repeat,
                                      arm_batch_size=max(sizes) if sizes else None,
                                      **comp.model_dump()))
@@ -177,7 +201,7 @@ def analyse_arm(cells: list[Cell], threshold: float, prefix_cache: bool | None) 
             skipped.append(SkippedRepeat(load=rep.load, repeat=rep.repeat,
                                          reason="different launches"))
             continue
-        within.append((base, rep, compare(scores_of(base), scores_of(rep), threshold)))
+        within.append((base, rep, compare_cells(base, rep, threshold, shapes)))
     conc = concurrency.analyse_arm(cells)
     gen = generation.analyse_arm(cells)
     return ArmDrift(
@@ -230,8 +254,10 @@ def _moved_across(cells: list[Cell], threshold: float) -> dict[str, bool]:
 
 
 def arm_shifts(by_arm: Mapping[str, list[Cell]], threshold: float,
-               signatures: Mapping[str, Signature]) -> list[ArmPair]:
+               signatures: Mapping[str, Signature], shapes: Shapes | None = None
+               ) -> list[ArmPair]:
     """Each pair of arms compared on their first measured load's score cell."""
+    shapes = shapes or {}
     firsts = {}
     for arm, cells in by_arm.items():
         scored = sorted((c for c in cells if c.probe == "score"), key=lambda c: c.load)
@@ -239,7 +265,7 @@ def arm_shifts(by_arm: Mapping[str, list[Cell]], threshold: float,
             firsts[arm] = scored[0]
     out = []
     for a, b in combinations(firsts, 2):
-        comp = compare(scores_of(firsts[a]), scores_of(firsts[b]), threshold)
+        comp = compare_cells(firsts[a], firsts[b], threshold, shapes)
         # Paired on texts: which moved between cold loads under one arm only.
         moved_a, moved_b = _moved_across(by_arm[a], threshold), _moved_across(by_arm[b], threshold)
         common = set(moved_a) & set(moved_b)
@@ -309,7 +335,8 @@ def partial_cells(evidence: Evidence) -> list[PartialCell]:
 
 def analyse_arms(evidence: Evidence, by_arm: Mapping[str, list[Cell]]) -> dict[str, ArmDrift]:
     threshold = evidence.plan.thresholds.moved_abs_nll
-    per_arm = {arm: analyse_arm(by_arm[arm], threshold, prefix_cache_of(evidence, arm))
+    shapes = cell_shapes(evidence)
+    per_arm = {arm: analyse_arm(by_arm[arm], threshold, prefix_cache_of(evidence, arm), shapes)
                .model_copy(update=jit_caches(evidence, arm)) for arm in evidence.arms}
     return cache_dependence(per_arm)
 

@@ -68,18 +68,41 @@ class ShapeGroup(Finding):
 
 
 class SharedShape(Finding):
-    """Whether the moved texts share a shape: the compared texts grouped by `fact`
-    (`length bucket`: the power of two at or above the text's token count, the shape a
-    compiled engine pads to). `named`: the values whose groups hold the moved texts
-    beyond chance (corrected p < 0.05); `exact`: whether the moved texts are exactly
-    the texts of the named groups."""
+    """Whether the moved texts share a shape: the compared texts grouped by `fact`, the
+    shape fact that separated them best of the `facts_tried`. `length bucket`: the power
+    of two at or above the text's token count; `compile bucket`: the bucket a compiled
+    engine pads the text to (powers of two from its smallest); `chunks`: how many pieces
+    of `size` tokens (the engine's `size_name`) the text is computed in. `named`: the
+    values whose groups hold the moved texts beyond chance (corrected p < 0.05); `exact`:
+    whether the moved texts are exactly the texts of the named groups."""
 
-    fact: Literal["length bucket"]
+    fact: Literal["length bucket", "compile bucket", "chunks"]
+    size_name: str | None = None
+    size: int | None = None
+    facts_tried: int = 1
     groups: list[ShapeGroup]
     named: list[int]
     exact: bool
-    # the corrected p of the named groups taken together (None: none named)
+    # the corrected p of the named groups taken together, corrected over the facts tried
+    # too (None: none named)
     p_adjusted: float | None
+
+
+class BoundaryHint(Finding):
+    """A size the engine computes a long prompt in (its own name for it, and `tokens`)
+    before which every moved text was still identical: the likely boundary, a hint. The
+    evidence: of the `texts` moved texts whose positions are known, how many first differ
+    exactly at a multiple of it; of the compared texts longer (more scored positions) and
+    not longer than it, how many moved."""
+
+    name: str
+    tokens: int
+    texts: int
+    at_multiple: int
+    longer: int
+    longer_moved: int
+    shorter: int
+    shorter_moved: int
 
 
 class Comparison(Finding):
@@ -105,6 +128,9 @@ class Comparison(Finding):
     # which shape the moved texts share (None: nothing moved, everything did, or the
     # compared texts fall in one group)
     shared_shape: SharedShape | None = None
+    # the engine size at or before which every moved text was still identical (None:
+    # none, or the run knows no sizes of the engine)
+    boundary: BoundaryHint | None = None
 
 
 class LoadPair(Comparison):

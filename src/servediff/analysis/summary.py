@@ -93,7 +93,8 @@ def summarize(evidence: Evidence) -> Summary:
     comparisons = [c for group in groups
                    for c in cost.compare_arms({a: costs[a] for a in group}, group[0], by_arm)]
     shifts = drift.arm_shifts(by_arm, plan.thresholds.moved_abs_nll,
-                              {arm: d.signature for arm, d in arms.items()})
+                              {arm: d.signature for arm, d in arms.items()},
+                              drift.cell_shapes(evidence))
     missing = untested(plan, evidence.cells, arms, costs)
     refused = drift.did_not_start(evidence)
     refused_by_arm = {r.arm: r for r in refused}

@@ -29,6 +29,7 @@ SAVED_LINE = re.compile(STAMP + r".*saved AOT compiled function to (\S+)")
 LOAD_FAILED_LINE = re.compile(r"Compiling model again due to a load failure")
 LOADED_LINE = re.compile(STAMP + r".*(?<!failure )(?:Directly load|[Ll]oaded) (?:the )?(?:AOT )?"
                          r"compiled (?:function|graph)")
+CHUNKED_LINE = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
 INIT_LINE = re.compile(r"init engine \(.*\) took ([\d.]+) s")
 CONCURRENCY_LINE = re.compile(
     r"Maximum concurrency for ([\d,]+) tokens per request:\s*([\d.]+)x"
@@ -118,8 +119,11 @@ class VllmAdapter(CompletionsAdapter):
     def startup_from_log(self, log_text: str) -> dict[str, Any]:
         """How long the engine took to initialise, how long its compile warm-up took and
         what its compile cache did (compiled fresh, loaded, or failed to load and
-        compiled again)."""
+        compiled again), and the prompt chunk of its chunked prefill
+        (`max_num_batched_tokens`: a longer prompt is computed in pieces of that size)."""
         out: dict[str, Any] = {}
+        if m := CHUNKED_LINE.search(log_text):
+            out["max_num_batched_tokens"] = int(m.group(1))
         if m := INIT_LINE.search(log_text):
             out["engine_init_s"] = float(m.group(1))
         warmup = WARMUP_LINE.search(log_text)

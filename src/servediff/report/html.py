@@ -86,9 +86,9 @@ def markdown_to_html(markdown: str) -> str:
 
 def render_html(summary: Summary, markdown: str, title: str) -> str:
     figures = []
-    for key, (caption, draw) in PLOTS.items():
+    for key, (caption, draw, missing) in PLOTS.items():
         svg = draw(summary)
-        body = svg if svg else '<p class="missing">not measured in this run</p>'
+        body = svg if svg else f'<p class="missing">{html.escape(missing)}</p>'
         figures.append(f'<figure id="plot-{key}" data-plot="{key}" '
                        f'data-drawn="{"yes" if svg else "no"}">'
                        f"<figcaption>{html.escape(caption)}</figcaption>{body}</figure>")

@@ -20,7 +20,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from servediff.analysis.findings import Metric, SpeedAtLength, Summary
+from servediff.analysis.findings import Comparison, Metric, SpeedAtLength, Summary
 from servediff.report.costs import survival_grid
 
 plt.rcParams.update({"svg.hashsalt": "servediff", "font.size": 9,
@@ -112,6 +112,46 @@ def dnll_magnitude(summary: Summary) -> str | None:
     ax.set_ylabel("|dNLL| (nats; 1e-12 = identical)")
     ax.legend(fontsize=7)
     ax.set_title("How far texts moved (comparisons with the same values share a line)")
+    return _svg(fig)
+
+
+def moved_comparisons(summary: Summary) -> list[tuple[str, Comparison]]:
+    """(label, comparison) of every comparison with moved texts whose positions are known:
+    load pairs, repeats and batch sizes of every arm, and arm shifts."""
+    found: list[tuple[str, Comparison]] = []
+    for arm, data in summary.arms.items():
+        found += [(f"{arm}: load {p.load_a} vs {p.load_b}", p) for p in data.across_load]
+        found += [(f"{arm}: load {r.load} repeat {r.repeat}", r) for r in data.within_load]
+        found += [(f"{arm}: load {b.load} batch {b.batch_size}", b) for b in data.batch_size]
+    found += [(f"{s.arm_a} vs {s.arm_b}", s) for s in summary.arm_shifts]
+    return [(label, c) for label, c in found if c.first_moved is not None]
+
+
+def first_moved(summary: Summary) -> str | None:
+    """Each moved text's first differing position against its length, per comparison,
+    with the text's end (the diagonal) and every engine size a comparison hinted at."""
+    series = moved_comparisons(summary)
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 4))
+    longest = max(t.length for _, c in series for t in c.moved_texts)
+    ax.plot([0, longest], [0, longest], color=NOT_MEASURED, linewidth=1, zorder=0)
+    markers = "osD^vP*X"
+    for i, (label, c) in enumerate(series):
+        known = [(t.length, t.first) for t in c.moved_texts if t.first is not None]
+        ax.scatter([n for n, _ in known], [f for _, f in known], s=14,
+                   marker=markers[i % len(markers)], label=textwrap.fill(label, 60),
+                   alpha=0.8, gid=f"first-moved-{i}")
+    hints = {(c.boundary.name, c.boundary.tokens) for _, c in series if c.boundary}
+    for name, tokens in sorted(hints):
+        ax.axhline(tokens, linestyle="--", linewidth=1, color="#555555")
+        ax.annotate(f"{name} = {tokens:,}", (0, tokens), fontsize=7,
+                    textcoords="offset points", xytext=(2, 2))
+    ax.set_xlabel("text length (scored positions)")
+    ax.set_ylabel("first position that differs")
+    ax.legend(fontsize=7)
+    ax.set_title("Where moved texts first differ (grey diagonal: the text's end; dashed: "
+                 "an engine size every moved text was identical before)", fontsize=8)
     return _svg(fig)
 
 
@@ -278,11 +318,15 @@ def drift_heatmap(summary: Summary) -> str | None:
     return _svg(fig)
 
 
-PLOTS: dict[str, tuple[str, Callable[[Summary], str | None]]] = {
-    "dnll-per-text": ("Per-text dNLL per load pair and arm", dnll_per_text),
-    "dnll-magnitude": ("How far texts moved", dnll_magnitude),
-    "drift-heatmap": ("Drift by prompt length x concurrency", drift_heatmap),
-    "survival-map": ("Survival map", survival_map),
-    "speed": ("Speed per arm", speed_vs_length),
-    "capacity": ("Capacity per arm", capacity_bars),
+# key: (caption, draw, what the page says when there is nothing to draw)
+NOT_RUN = "not measured in this run"
+PLOTS: dict[str, tuple[str, Callable[[Summary], str | None], str]] = {
+    "dnll-per-text": ("Per-text dNLL per load pair and arm", dnll_per_text, NOT_RUN),
+    "dnll-magnitude": ("How far texts moved", dnll_magnitude, NOT_RUN),
+    "first-moved": ("Where moved texts first differ", first_moved,
+                    "no text moved in any comparison (or no per-token logprobs were stored)"),
+    "drift-heatmap": ("Drift by prompt length x concurrency", drift_heatmap, NOT_RUN),
+    "survival-map": ("Survival map", survival_map, NOT_RUN),
+    "speed": ("Speed per arm", speed_vs_length, NOT_RUN),
+    "capacity": ("Capacity per arm", capacity_bars, NOT_RUN),
 }

@@ -27,6 +27,7 @@ from servediff.analysis.findings import (
     Pair,
     PrefixClaim,
     RefusedClaim,
+    SharedShape,
     ShiftKind,
     Signature,
     SignatureClaim,
@@ -120,15 +121,16 @@ def _parts(sig: Signature) -> list[tuple[str, str]]:
     return out
 
 
-def and_list(items: list[str]) -> str:
-    """a; a and b; a, b and c."""
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+def and_list(items: list[str], word: str = "and") -> str:
+    """a; a and b; a, b and c (or another joining word)."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}"
 
 
 def where_drift_starts(label: str, c: Comparison) -> list[str]:
-    """The sentences on where a comparison's moved texts first differ and which length
-    bucket they share, those that have something to say."""
-    return [t for t in (first_moved_text(label, c), shared_shape_text(label, c)) if t]
+    """The sentences on where a comparison's moved texts first differ, which engine size
+    that points to and which shape they share, those that have something to say."""
+    return [t for t in (first_moved_text(label, c), boundary_text(label, c),
+                        shared_shape_text(label, c)) if t]
 
 
 def first_moved_text(label: str, c: Comparison) -> str | None:
@@ -140,12 +142,16 @@ def first_moved_text(label: str, c: Comparison) -> str | None:
     if f.from_start == f.texts:
         return (f"{label}: {few} first differ at position 0: another kernel or path "
                 "from the start")
-    span = (f"position {f.min:,} ({f.min_fraction:.0%} of its length)" if f.min == f.max
-            else f"positions {f.min:,} to {f.max:,} (median {f.median:,.0f}; "
-            f"{f.min_fraction:.0%} to {f.max_fraction:.0%} of their lengths)")
+    low, high = f"{f.min_fraction:.0%}", f"{f.max_fraction:.0%}"
+    share = (low if low == high else f"{low} to {high}") + (
+        " of its length" if f.texts == 1 else " of their lengths")
+    span = (f"position {f.min:,} ({share})" if f.min == f.max
+            else f"positions {f.min:,} to {f.max:,} (median {f.median:,.0f}; {share})")
     if f.from_start == 0 and f.min == f.max:
-        return (f"{label}: {few} are identical up to {span}, where they first differ: a "
-                "boundary there (a chunk, split or batch size) is the likely place to look")
+        # with an engine size there, the next sentence names it
+        look = "" if c.boundary is not None else (
+            ": a boundary there (a chunk, split or batch size) is the likely place to look")
+        return f"{label}: {few} are identical up to {span}, where they first differ{look}"
     if f.from_start == 0:
         return (f"{label}: {few} are identical at first and differ from {span}: later than "
                 "position 0, at no common position")
@@ -153,19 +159,47 @@ def first_moved_text(label: str, c: Comparison) -> str | None:
             f"the others later (first differences from {span})")
 
 
+def boundary_text(label: str, c: Comparison) -> str | None:
+    """The engine size before which every moved text was identical, worded as the hint it
+    is, with its evidence (None: no size fits, or none is known)."""
+    b = c.boundary
+    if b is None:
+        return None
+    return (f"{label}: every moved text is identical before position {b.tokens:,}, the "
+            f"engine's {b.name} ({b.tokens:,} tokens): a hint that the texts moved where "
+            f"the engine splits a prompt there, not a proven cause ({b.at_multiple} of "
+            f"{b.texts} first differ exactly at a multiple of it; {b.longer_moved} of "
+            f"{b.longer} texts longer than it moved, {b.shorter_moved} of {b.shorter} "
+            "not longer)")
+
+
+def shape_groups_text(shape: SharedShape, values: list[int]) -> str:
+    """Groups of a shape fact: 'the 256- and 512-token compile buckets', 'the texts of 2
+    or 3 chunks of 256 tokens (max_num_batched_tokens)'."""
+    if shape.fact == "chunks":
+        many = "" if values == [1] else "s"
+        return (f"the texts of {and_list([f'{v:,}' for v in values], 'or')} chunk{many} of "
+                f"{shape.size or 0:,} tokens, the engine's {shape.size_name}")
+    few = "s" if len(values) > 1 else ""
+    return (f"the {and_list([f'{v:,}' for v in values])}-token {shape.fact}{few}")
+
+
 def shared_shape_text(label: str, c: Comparison) -> str | None:
-    """Which length buckets the moved texts share, when the test names one (None: not
-    tested, or nothing beyond chance)."""
+    """Which shape the moved texts share, when the test names one (None: not tested, or
+    nothing beyond chance)."""
     shape = c.shared_shape
     if shape is None or not shape.named:
         return None
-    where = and_list([f"{v:,}" for v in shape.named]) + "-token length bucket" + (
-        "s" if len(shape.named) > 1 else "")
     held = sum(g.moved for g in shape.groups if g.value in shape.named)
     size = sum(g.texts for g in shape.groups if g.value in shape.named)
-    how = "are exactly those in" if shape.exact else f"gather in ({held} of {size} there)"
-    return (f"{label}: the {c.moved} moved texts {how} the {where} (one-sided Fisher "
-            f"exact p = {shape.p_adjusted:.2g}, corrected over the buckets tried)")
+    place = shape_groups_text(shape, shape.named)
+    chunked = shape.fact == "chunks"
+    how = (f"are exactly {place if chunked else 'those in ' + place}" if shape.exact else
+           f"gather {'among' if chunked else 'in'} {place} ({held} of {size} there)")
+    over = "the groups tried" + (f" and {shape.facts_tried} shape facts"
+                                 if shape.facts_tried > 1 else "")
+    return (f"{label}: the {c.moved} moved texts {how} (one-sided Fisher exact p = "
+            f"{shape.p_adjusted:.2g}, corrected over {over})")
 
 
 def signature_text(sig: Signature) -> str:
