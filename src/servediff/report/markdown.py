@@ -93,8 +93,8 @@ def arm_lines(arm: str, data: ArmDrift) -> list[str]:
         *((f"Load {p.load}, batch size {p.batch_size}", p) for p in data.batch_size))
         for text in words.where_drift_starts(label, p)]
     if where:
-        lines += ["", "Where drift starts (positions count scored tokens from 0; length "
-                  "buckets are powers of two): " + "; ".join(where) + "."]
+        lines += ["", "Where drift starts (positions count scored tokens from 0): "
+                  + "; ".join(where) + "."]
     lines += ["", "Perplexity per load: " + ", ".join(
         f"load {r.load}: {fmt_ppl(r.perplexity)} over {r.tokens_scored} tokens"
         for r in data.loads) + "."]
