@@ -367,3 +367,22 @@ def test_vllm_without_vllm_on_path_serves_from_the_python_that_has_it(
     assert own.argv[:2] == ["serve-it", "m"] and own.notes == []
     monkeypatch.setattr("servediff.engines.vllm.shutil.which", lambda name: "/usr/bin/vllm")
     assert adapter.launch(None, "m", "h", 5, [], options).argv[:2] == ["vllm", "serve"]
+
+
+def test_llama_server_without_one_on_path_is_the_one_servediff_built(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from servediff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions
+
+    monkeypatch.setenv("SERVEDIFF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("servediff.engines.llamacpp.shutil.which", lambda name: None)
+    adapter, options = LlamaCppAdapter(), LlamaCppOptions()
+    # nothing built: the default command, whose start then fails as a launch
+    assert adapter.launch(None, "m", "h", 5, [], options).argv[0] == "llama-server"
+    built = tmp_path / "cache" / "engines" / "llama-server" / "llama-server"
+    built.parent.mkdir(parents=True)
+    built.write_text("")
+    spec = adapter.launch(None, "m", "h", 5, ["-ub", "64"], options)
+    assert spec.argv[0] == str(built) and spec.argv[1:3] == ["-m", "m"]
+    assert spec.argv[-2:] == ["-ub", "64"] and spec.notes[-1] == f"llama-server from {built}"
+    assert adapter.launch(["my-server", "{model}"], "m", "h", 5, [], options).argv[0] == \
+        "my-server"

@@ -157,3 +157,10 @@ def test_the_sweep_reaches_the_context_and_the_engines_own_prompt_limit():
                                               (1280, 1), (256, 2), (512, 2), (1017, 2),
                                               (1023, 2)]
     assert points(spec, 1024, limit=1023) == points(spec, 1024)
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "docs" /
+                                         "examples").glob("*.toml")), ids=lambda p: p.name)
+def test_every_example_plan_is_a_valid_plan(path: Path):
+    plan, corpus = load_plan_file(path)
+    assert plan.arms and len(corpus.texts) > 1

@@ -178,7 +178,7 @@ def test_per_load_kernel_choice_is_caught_on_the_h200(tmp_path: Path):
     assert launch["seconds_to_ready"] == 120.835
 
 
-def _h200(name: str, into: Path) -> Path:
+def _committed(name: str, into: Path) -> Path:
     with tarfile.open(ROOT / "docs" / "validation" / f"{name}.tar.gz") as tar:
         tar.extractall(into, filter="data")
     run = into / name
@@ -200,7 +200,7 @@ def rederives(run: Path) -> Summary:
 def test_the_quiet_box_on_the_h200(tmp_path: Path):
     """One small cost plan three times on the H200 (docs/validation/README.md): on the quiet
     machine, then beside another process's matmul loop on the GPU, refused and marked."""
-    quiet = read_evidence(_h200("h200-quiet", tmp_path))
+    quiet = read_evidence(_committed("h200-quiet", tmp_path))
     readings = [c for cell in quiet.cells for c in (cell.conditions, cell.conditions_after) if c]
     gpus = [g for c in readings for g in c.gpus]
     assert len(gpus) == len(readings) == 2 * len(quiet.cells)  # every reading read NVML
@@ -215,7 +215,7 @@ def test_the_quiet_box_on_the_h200(tmp_path: Path):
     speed = [c for c in pair.claims if c.topic == "speed"]
     assert len(speed) == 3 and all(c.kind != "note" for c in speed)
 
-    busy = read_evidence(_h200("h200-busy-mark", tmp_path))
+    busy = read_evidence(_committed("h200-busy-mark", tmp_path))
     for cell in busy.cells:
         for c in (cell.conditions, cell.conditions_after):
             assert c is not None
@@ -231,7 +231,7 @@ def test_the_quiet_box_on_the_h200(tmp_path: Path):
     assert len(speed) == 3 and all(c.kind == "note" for c in speed)
     assert all("measured on a busy machine" in claim_text(c) for c in speed)
 
-    refused = _h200("h200-busy-refuse", tmp_path)
+    refused = _committed("h200-busy-refuse", tmp_path)
     summary = summarize(read_evidence(refused))
     (gap,) = [g for g in summary.gaps if g.kind == "cost load refused"]
     assert (gap.arm, gap.load) == ("fp32", 1) and gap.reason and gap.reason.startswith(
@@ -255,7 +255,8 @@ def test_two_comparisons_on_ray_on_an_h200_give_the_serial_numbers(tmp_path: Pat
             return v
         return strip(json.loads((run / "summary.json").read_text()))
 
-    serial, ray = _h200("h200-shared-serial", tmp_path), _h200("h200-shared-ray", tmp_path)
+    serial = _committed("h200-shared-serial", tmp_path)
+    ray = _committed("h200-shared-ray", tmp_path)
     assert drift(serial) == drift(ray)
     summary = json.loads((ray / "summary.json").read_text())
     assert {(s["arm_a"], s["arm_b"]) for s in summary["arm_shifts"]} == {
@@ -279,7 +280,7 @@ def test_cost_loads_on_ray_on_an_h200_ran_alone_on_their_node(tmp_path: Path):
     README.md): drift loads of the two comparisons overlapped on the node, no load ran
     beside a cost load, each cost load's gate found the box quiet, every cell names its
     node and GPU, and the drift signatures are those of the serial run."""
-    run = _h200("h200-shared-ray-cost", tmp_path)
+    run = _committed("h200-shared-ray-cost", tmp_path)
     spans = launch_spans(run)
     (node,) = {x["node"] for _, x in spans}
     assert len(spans) == 12
@@ -293,7 +294,66 @@ def test_cost_loads_on_ray_on_an_h200_ran_alone_on_their_node(tmp_path: Path):
     summary = rederives(run)
     assert all(c.gpus_used == [f"Ray node {node[:8]}: GPU 0 (NVIDIA H200)"]
                for c in summary.conditions.values())
-    serial = rederives(_h200("h200-shared-serial", tmp_path))
+    serial = rederives(_committed("h200-shared-serial", tmp_path))
     assert {a: d.signature for a, d in summary.arms.items()} == {
         a: d.signature for a, d in serial.arms.items()}
     assert all(summary.costs[arm].speed for arm in summary.arms)
+
+
+def made_by_its_example(run: Path, example: str) -> None:
+    """The bundle's locked plan is the committed example plan, to its sha256."""
+    from servediff.plan import load_plan_file, lock
+
+    plan, corpus = load_plan_file(ROOT / "docs" / "examples" / f"{example}.toml")
+    assert lock(plan, corpus).sha256 == json.loads(
+        (run / "plan.lock.json").read_text())["sha256"]
+
+
+def test_where_drift_starts_at_llama_cpp_s_micro_batch_on_the_cpu(tmp_path: Path):
+    """docs/where-drift-starts.md: -ub 64 against -ub 512 moves every text longer than 64
+    tokens, each from exactly position 64."""
+    run = _committed("cpu-llama-ubatch", tmp_path)
+    made_by_its_example(run, "llama-ubatch")
+    (shift,) = rederives(run).arm_shifts
+    assert (shift.arm_a, shift.arm_b, shift.moved, shift.compared) == ("ub512", "ub64", 5, 6)
+    assert {t.first for t in shift.moved_texts} == {64}
+    # from 64 on, every position differs but one in each of the two longest texts
+    assert sorted(t.length - 64 - t.differing for t in shift.moved_texts) == [0, 0, 0, 1, 1]
+    hint = shift.boundary
+    assert hint is not None and (hint.name, hint.tokens) == ("n_ubatch", 64)
+    assert (hint.at_multiple, hint.longer_moved, hint.longer, hint.shorter_moved,
+            hint.shorter) == (5, 5, 5, 0, 1)
+    assert round(shift.max_abs_delta, 2) == 1.04
+    assert round(max(t.max_abs for t in shift.moved_texts), 2) == 0.31
+    # the German text: llama-server gave no probabilities for a token that ends inside a
+    # UTF-8 character, in both arms
+    assert "de-prose-wetter" not in shift.deltas
+    for arm in ("ub512", "ub64"):
+        cell = json.loads((run / "cells" / f"{arm}-load1-score.json").read_text())
+        (row,) = [r for r in cell["records"] if r["tag"] == "de-prose-wetter"]
+        assert row["status"] == "error" and "completion_probabilities" in row["error"]
+
+
+def test_where_drift_starts_under_chunked_prefill_on_the_cpu(tmp_path: Path):
+    """docs/where-drift-starts.md: SGLang's chunked prefill at 256 tokens moves some long
+    texts, from position 512 on; vLLM's at 512 and 256 moves none."""
+    sglang = _committed("cpu-sglang-chunks", tmp_path)
+    made_by_its_example(sglang, "sglang-chunks")
+    (shift,) = rederives(sglang).arm_shifts
+    assert (shift.arm_a, shift.arm_b, shift.moved, shift.compared) == (
+        "whole", "chunk256", 4, 15)
+    assert sorted((t.first, t.length) for t in shift.moved_texts) == [
+        (512, 685), (1024, 1185), (1024, 1193), (1025, 1120)]
+    hint = shift.boundary
+    assert hint is not None and (hint.name, hint.tokens) == ("chunked_prefill_size", 256)
+    assert (hint.at_multiple, hint.longer_moved, hint.longer, hint.shorter_moved,
+            hint.shorter) == (3, 4, 5, 0, 10)
+    assert shift.shared_shape is not None and shift.shared_shape.named == []
+    assert max(t.max_abs for t in shift.moved_texts) < 2e-5
+    vllm_run = _committed("cpu-vllm-chunks", tmp_path)
+    made_by_its_example(vllm_run, "vllm-chunks")
+    vllm = rederives(vllm_run)
+    assert [(s.arm_a, s.arm_b, s.moved, s.compared, s.bit_identical)
+            for s in vllm.arm_shifts] == [("whole", "chunk512", 0, 15, True),
+                                          ("whole", "chunk256", 0, 15, True),
+                                          ("chunk512", "chunk256", 0, 15, True)]

@@ -24,6 +24,7 @@ Capacity (context size, slots) and build come from `/props`.
 from __future__ import annotations
 
 import math
+import shutil
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -33,6 +34,7 @@ from servediff.engines.base import (
     EngineInfo,
     EngineOptions,
     Generated,
+    LaunchSpec,
     Scored,
 )
 from servediff.engines.rows import Position, judge, shape
@@ -114,6 +116,17 @@ class LlamaCppAdapter(EngineAdapter):
         if built.exists():
             return f"{built} (scripts/build-llama-server.sh)"
         return super().locate()
+
+    def launch(self, template: list[str] | None, model: str, host: str, port: int,
+               args: list[str], options: EngineOptions) -> LaunchSpec:
+        """`llama-server` from PATH; without it, the one scripts/build-llama-server.sh
+        built."""
+        spec = super().launch(template, model, host, port, args, options)
+        built = cache_root() / "engines" / "llama-server" / "llama-server"
+        if template is not None or shutil.which("llama-server") or not built.exists():
+            return spec
+        return LaunchSpec(argv=[str(built), *spec.argv[1:]], env=spec.env,
+                          notes=[*spec.notes, f"llama-server from {built}"])
 
     def info(self, client: EngineClient) -> EngineInfo:
         props: dict[str, Any] = client.get_json("/props")
