@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,11 +40,21 @@ def unpack(name: str, into: Path) -> Path:
     return into / name
 
 
+def written_with(name: str, root: Path) -> dict[str, Any]:
+    """The summary a bundle was written with: its summary.json, or for a bundle whose
+    derived files were re-rendered in today's schema, the old one kept beside its tarball
+    (`<name>.summary-schema1.json`)."""
+    kept = BUNDLES[name] / f"{name}.summary-schema1.json"
+    data: dict[str, Any] = json.loads((kept if kept.exists() else root / "summary.json"
+                                          ).read_text())
+    return data
+
+
 @pytest.mark.parametrize("name", list(BUNDLES))
 def test_bundle_rederives_to_the_numbers_it_was_written_with(name: str, tmp_path: Path):
     root = unpack(name, tmp_path)
     assert verify(root) > 10
-    stored = json.loads((root / "summary.json").read_text())
+    stored = written_with(name, root)
     assert stored["schema_version"] == 1
     derived = json.loads(summarize(read_evidence(root)).model_dump_json())
     compared, diffs = differences(stored, derived, limit=0)
@@ -64,7 +75,7 @@ def test_a_batch_that_agrees_with_itself_but_not_with_the_control_drifts(tmp_pat
     # 512-token generations sent 2 at a time, none of them the result of the same request
     # sent alone; schema 2 counted one distinct result there and called it stable.
     root = unpack("h200-llama-cuda", tmp_path)
-    stored = json.loads((root / "summary.json").read_text())
+    stored = written_with("h200-llama-cuda", root)
     before = {(c["kind"], c["length"], c["level"]): c for c in
               stored["arms"]["fa_off"]["concurrency"]["table"]["cells"]}
     assert before[("generate", 512, 2)]["distinct"] == 1
@@ -82,6 +93,32 @@ def test_a_changed_number_is_named(tmp_path: Path):
     derived = json.loads(summarize(read_evidence(root)).model_dump_json())
     _, diffs = differences(stored, derived)
     assert len(diffs) == 1 and diffs[0].startswith("costs.bf16.startup.mean: ")
+
+
+@pytest.mark.parametrize("tarball", sorted((ROOT / "docs" / "validation").glob("*.tar.gz")),
+                         ids=lambda p: p.name)
+def test_every_committed_bundle_rederives_with_exit_0(tarball: Path, tmp_path: Path, capsys):
+    with tarfile.open(tarball) as tar:
+        tar.extractall(tmp_path, filter="data")
+    (root,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    with pytest.raises(SystemExit) as done:
+        main(["rederive", str(root)])
+    assert done.value.code == 0, capsys.readouterr().err[-2000:]
+    assert "re-derived summary equals" in capsys.readouterr().err
+
+
+def test_a_re_rendered_bundle_keeps_its_raw_files_and_its_old_summary(tmp_path: Path):
+    """h200-llama-cuda's derived files are today's schema (its schema-1 counts of distinct
+    concurrency results left out the control's); its old summary lies beside the tarball."""
+    root = unpack("h200-llama-cuda", tmp_path)
+    assert json.loads((root / "summary.json").read_text())["schema_version"] == \
+        SUMMARY_SCHEMA_VERSION
+    rederives(root)
+    old = written_with("h200-llama-cuda", root)
+    assert old["schema_version"] == 1
+    # the raw files the old summary was derived from are the ones the bundle holds
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert "cells/fa_off-load1-concurrency.json" in json.dumps(manifest)
 
 
 def test_rederive_on_an_older_bundle_checks_its_numbers(tmp_path: Path, capsys):
