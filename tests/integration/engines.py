@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import pytest
 
 from servediff.analysis.findings import Summary
@@ -69,6 +70,12 @@ def rows(run: Path, arm: str, load: int, probe: str = "score") -> dict[str, dict
     return {r["tag"]: r for r in cell["records"]}
 
 
+def listeners(port: int) -> list[int | None]:
+    """The pids listening on this TCP port (None: a process this user may not see)."""
+    return [c.pid for c in psutil.net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+
+
 def assert_all_stopped(run: Path) -> None:
     """Every launch was stopped cleanly: group gone, port closed, nothing left running."""
     for path in sorted((run / "loads").glob("*.json")):
@@ -77,7 +84,13 @@ def assert_all_stopped(run: Path) -> None:
             assert stop is not None, path
             assert stop["port_closed"] and stop["group_gone"], (path, stop)
             with socket.socket() as sock:
-                assert sock.connect_ex(("127.0.0.1", launch["port"])) != 0, path
+                if sock.connect_ex(("127.0.0.1", launch["port"])) == 0:
+                    # The tests run side by side: another test's engine may since have been
+                    # given the same free port. It may listen there only if it was started
+                    # after this load's record was written (the stop came before that).
+                    for pid in listeners(launch["port"]):
+                        assert pid is not None and psutil.Process(pid).create_time() > \
+                            path.stat().st_mtime, (path, launch["port"], pid)
             # checked again now, by pid and process group: nothing of it is alive
             assert group_members(launch["pid"]) == [], (path, launch["pid"])
 
