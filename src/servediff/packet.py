@@ -31,6 +31,7 @@ from servediff.bundle import (
 )
 from servediff.errors import InputError
 from servediff.evidence import cell_name
+from servediff.hub import hub_id
 from servediff.report import words
 from servediff.report.markdown import protocol
 from servediff.scrub import policy, scrub_tree
@@ -59,7 +60,7 @@ class Target(Part):
     engine_versions: list[str]
     model: str
     revision: str
-    revision_kind: Literal["weights-sha256", "given"]
+    revision_kind: RevisionKind
     weights_sha256: dict[str, str]
     arms: list[ArmTarget]
 
@@ -157,7 +158,7 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-RevisionKind = Literal["weights-sha256", "given"]
+RevisionKind = Literal["weights-sha256", "hub-commit", "given"]
 
 
 def target_revision(model: str, weights: dict[str, str], given: str | None
@@ -173,11 +174,16 @@ def target_revision(model: str, weights: dict[str, str], given: str | None
     if weights:
         first = sorted(weights)[0]
         return f"sha256:{weights[first]}", "weights-sha256"
+    named = hub_id(model)
+    if named is not None and named.pinned and named.revision is not None:
+        return named.revision, "hub-commit"  # a commit cannot move, hashed or not
     tail = model.rsplit("@", 1)[-1].rsplit(":", 1)[-1] if ("@" in model or ":" in model) else ""
     what = f"its mutable revision `{tail}`" if tail.lower() in MUTABLE else "its name"
+    why = (" (not in the local hub cache when it ran: the engine was given the hub id)"
+           if hub_id(model) is not None else " (an external endpoint?)")
     raise InputError(f"the model `{model}` is identified only by {what}: servediff did not "
-                     "hash its weights (an external endpoint?); pin it: pass --revision with "
-                     "the commit sha of the model repository or the sha256 of its weights")
+                     f"hash its weights{why}; pin it: pass --revision with the commit sha of "
+                     "the model repository or the sha256 of its weights")
 
 
 def artifacts(root: Path) -> list[Artifact]:

@@ -27,11 +27,14 @@ from pydantic import (
     model_validator,
 )
 
+from servediff import models
 from servediff.corpus import Corpus, load_corpus
 from servediff.engines import registry
 from servediff.engines.base import EngineOptions
 from servediff.errors import PlanError
 from servediff.evidence import CachePolicy
+from servediff.hub import hub_id
+from servediff.models import BUILTIN_MODELS
 from servediff.validation import describe, suggest
 
 LOCK_SCHEMA_VERSION = 1
@@ -43,7 +46,6 @@ BASELINE = "baseline"
 # Up to this many factors the design is the full factorial (2^k arms); more: the baseline,
 # each factor alone and all of them together.
 FULL_FACTORIAL = 3
-BUILTIN_MODELS = ("smollm2",)
 
 
 class Strict(BaseModel):
@@ -486,13 +488,25 @@ def load_plan_file(path: Path) -> tuple[Plan, Corpus]:
     return resolve_plan(raw, source=str(path), base_dir=path.parent)
 
 
-def model_problem(model: object, base_url: object, source: str, base_dir: Path) -> str | None:
-    local = base_url is None and isinstance(model, str) and model not in BUILTIN_MODELS
-    if local and not (base_dir / str(model)).expanduser().exists():
-        return (f"{source}: model: {model!r} is neither a built-in model "
-                f"({', '.join(BUILTIN_MODELS)}) nor an existing path"
-                + suggest(str(model), BUILTIN_MODELS))
-    return None
+def model_problem(model: object, base_url: object, engine: object, source: str,
+                  base_dir: Path) -> str | None:
+    """What is wrong with the plan's model: a name that is neither built in, nor a path
+    here, nor a hub id that this engine loads."""
+    if base_url is not None or not isinstance(model, str) or model in BUILTIN_MODELS:
+        return None
+    if models.local_path(model, base_dir).exists():
+        return None
+    loaders = [name for name in registry.ENGINES
+               if registry.create(name).hub_revision_flag is not None]
+    if hub_id(model) is not None:
+        if engine in loaders or not isinstance(engine, str) or engine not in registry.ENGINES:
+            return None
+        return (f"{source}: model: {model!r} is not a path here, and `{engine}` is not given "
+                f"hub ids (servediff gives them to {', '.join(loaders)} and to an "
+                "external endpoint); give the path of its files")
+    return (f"{source}: model: {model!r} is neither a built-in model "
+            f"({', '.join(BUILTIN_MODELS)}), nor an existing path, nor a hub id "
+            "(`org/name` or `org/name@revision`)" + suggest(model, BUILTIN_MODELS))
 
 
 def resolve_plan(raw: dict[str, Any], source: str, base_dir: Path) -> tuple[Plan, Corpus]:
@@ -508,14 +522,15 @@ def resolve_plan(raw: dict[str, Any], source: str, base_dir: Path) -> tuple[Plan
         engine = raw.get("engine")
         if isinstance(engine, str) and engine not in registry.ENGINES:
             problems.append(unknown_engine(engine, source))
-        if problem := model_problem(raw.get("model"), raw.get("base_url"), source, base_dir):
+        if problem := model_problem(raw.get("model"), raw.get("base_url"), raw.get("engine"),
+                                    source, base_dir):
             problems.append(problem)
         raise PlanError("\n".join(problems))
     try:
         validate_engine(plan, source)
     except PlanError as exc:
         problems.append(str(exc))
-    if problem := model_problem(plan.model, plan.base_url, source, base_dir):
+    if problem := model_problem(plan.model, plan.base_url, plan.engine, source, base_dir):
         problems.append(problem)
     if problems:
         raise PlanError("\n".join(problems))

@@ -16,8 +16,9 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
-from servediff import models
+from servediff import hub, models
 from servediff.bundle import Layout, exclusive, read_record, write_lock, write_manifest
 from servediff.conditions import gpu_models
 from servediff.context import ClientFactory, Observer, RunContext, ServedModel, make_client
@@ -26,7 +27,8 @@ from servediff.engines import registry
 from servediff.engines.base import EngineAdapter
 from servediff.engines.process import EngineProcess, Launcher, stop_stale
 from servediff.errors import BundleError, EngineError, OutputDirError
-from servediff.evidence import LoadRecord, Phase
+from servediff.evidence import LoadRecord, ModelSource, Phase
+from servediff.hub import HubId
 from servediff.launch import EngineLaunch
 from servediff.plan import Plan, lock
 from servediff.policy import LoadPolicy
@@ -47,16 +49,39 @@ def ensure_writable(root: Path) -> None:
 
 def resolve_model(plan: Plan, adapter: EngineAdapter, base_dir: Path,
                   say: Callable[[str], None]) -> ServedModel:
-    """The model path as this engine serves it, its weight hashes and declared BOS id."""
+    """The model as this engine serves it, its weight hashes, declared BOS id and source."""
     if plan.base_url is not None:
-        return ServedModel(plan.model, {}, None)
+        return ServedModel(plan.model, {}, None,
+                           ModelSource(given=plan.model, kind="endpoint", served=plan.model))
     if plan.model == "smollm2":
         path, hashes = (models.smollm2_gguf(say) if adapter.model_format == "gguf"
                         else models.smollm2_dir(say))
+        kind: Literal["builtin", "path"] = "builtin"
+    elif (named := models.hub_model(plan.model, base_dir)) is not None:
+        return served_from_hub(plan.model, named, say)
     else:
-        path = (base_dir / plan.model).expanduser().resolve()
+        path = models.local_path(plan.model, base_dir).resolve()
         hashes = models.weight_hashes(path)
-    return ServedModel(str(path), hashes, models.bos_token_id(path))
+        kind = "path"
+    return ServedModel(str(path), hashes, models.bos_token_id(path),
+                       ModelSource(given=plan.model, kind=kind, served=str(path)))
+
+
+def served_from_hub(given: str, named: HubId, say: Callable[[str], None]) -> ServedModel:
+    """A hub id: its cached snapshot's folder and hashes, or the id itself when the cache
+    does not hold that revision (the engine resolves it; nothing is hashed)."""
+    source = ModelSource(given=given, kind="hub", served=named.repo, hub_repo=named.repo,
+                         hub_revision=named.revision)
+    snapshot = hub.cached(named)
+    if snapshot is None:
+        say(f"{given}: not in the local hub cache; the engine is given the id and its "
+            "weights are not hashed")
+        return ServedModel(named.repo, {}, None, source)
+    say(f"{given}: hashing the weights of its cached snapshot {snapshot.commit[:12]}")
+    source.served = str(snapshot.folder)
+    source.hub_commit = snapshot.commit
+    return ServedModel(str(snapshot.folder), models.weight_hashes(snapshot.folder),
+                       models.bos_token_id(snapshot.folder), source)
 
 
 class Runner:

@@ -7,10 +7,13 @@ A module of its own, so that another test worker runs it beside test_vllm_reload
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from servediff.models import smollm2_dir
+from tests import hubcache
 from tests.integration.engines import (
     CONC_OFF,
     CONCURRENCY,
@@ -28,13 +31,33 @@ from tests.integration.engines import (
 pytestmark = pytest.mark.integration
 
 
+# The model by a hub id, found in a hub cache laid out here offline (a ref, a commit, a
+# snapshot of links to blobs): the converted SmolLM2's files.
+HUB_ID = "servediff-test/smollm2-135m"
+
+
 @pytest.fixture(scope="module")
-def vllm_eager_run(tmp_path_factory: pytest.TempPathFactory, vllm_python: Path) -> Path:
+def hub_commit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The commit of HUB_ID in a hub cache that this worker's servediff runs read."""
+    folder, _ = smollm2_dir(lambda _: None)
+    cache = tmp_path_factory.mktemp("hub")
+    commit = hubcache.build(cache, HUB_ID, {p.name: p for p in folder.iterdir()
+                                            if p.suffix in (".json", ".safetensors")})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_CACHE", str(cache))
+        yield commit
+
+
+@pytest.fixture(scope="module")
+def vllm_eager_run(tmp_path_factory: pytest.TempPathFactory, vllm_python: Path,
+                   hub_commit: str) -> Path:
     """One eager vLLM arm, read by the concurrency-grid and cost tests: one drift load with
-    the concurrency grid, then one cost load (one launch each, instead of a run apiece)."""
+    the concurrency grid, then one cost load (one launch each, instead of a run apiece). The
+    plan names the model by its hub id."""
     work = tmp_path_factory.mktemp("vllm-eager")
     plan = vllm_plan(vllm_python, work).replace("loads_per_arm = 2",
                                                 "loads_per_arm = 1\ncost_loads_per_arm = 1")
+    plan = plan.replace('model = "smollm2"', f'model = "{HUB_ID}"')
     plan = plan.replace("[arms.compiled]\n", "").replace("[probes.repeat]\ncount = 1\n",
                                                          "[probes.repeat]\ncount = 0\n")
     plan = plan.replace(CORPUS, '[corpus]\ntags = ["prose-harbour"]\n')
@@ -51,6 +74,25 @@ def test_vllm_concurrency_grid(vllm_eager_run: Path):
     assert ("batch-composition" in signature(run, "eager")) == \
         (conc["control_ok"] and conc["batch_composition"])
 
+
+
+def test_a_hub_id_is_served_from_its_cached_snapshot_named_by_commit_and_hashes(
+        vllm_eager_run: Path, hub_commit: str):
+    run = vllm_eager_run
+    snapshot = None
+    for name in ("eager-load1", "eager-cost1"):
+        (launch,) = json.loads((run / "loads" / f"{name}.json").read_text())["launches"]
+        source = launch["model_source"]
+        assert (source["kind"], source["hub_repo"], source["hub_commit"]) == \
+            ("hub", HUB_ID, hub_commit), name
+        snapshot = Path(source["served"])
+        assert snapshot.name == hub_commit and str(snapshot) in launch["command"]
+        # the weights' sha256, hashed from the snapshot: the LFS blob each file links to
+        weights = launch["weights_sha256"]
+        assert weights and all(
+            (snapshot / f).resolve().name == sha for f, sha in weights.items()), weights
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["model"] == HUB_ID
 
 
 def test_vllm_cost_protocol(vllm_eager_run: Path):

@@ -58,8 +58,9 @@ def test_a_plan_with_several_mistakes_names_them_all_with_near_misses(tmp_path: 
                  "plan.toml: probes.speed.replicats: unknown key; did you mean 'replicates'?",
                  "plan.toml: engine: unknown engine 'vlm'; known engines: llamacpp, openai, "
                  "sglang, transformers, vllm; did you mean 'vllm'?",
-                 "plan.toml: model: 'smolm2' is neither a built-in model (smollm2) nor an "
-                 "existing path; did you mean 'smollm2'?"):
+                 "plan.toml: model: 'smolm2' is neither a built-in model (smollm2), nor an "
+                 "existing path, nor a hub id (`org/name` or `org/name@revision`); did you "
+                 "mean 'smollm2'?"):
         assert line in done.stderr
     (tmp_path / "options.toml").write_text(
         'engine = "transformers"\nmodel = "smollm2"\n[engine_options]\ndtyp = "auto"\n'
@@ -296,9 +297,37 @@ def test_init_writes_a_model_path_as_seen_from_the_plan(tmp_path: Path):
     assert plan.model == "../models/tiny/model.gguf"
     # its size read from the file: 4,096 bytes at 2 bytes a parameter
     assert "0 M parameters (its weight files' size at 2 bytes a parameter)" in done.stderr
-    wrong = servediff("init", "vllm", "models/none", "--out", "v.toml", cwd=tmp_path)
+    wrong = servediff("init", "vllm", "./models/none", "--out", "v.toml", cwd=tmp_path)
     assert wrong.returncode == 2 and "neither a built-in model" in wrong.stderr
     assert not (tmp_path / "v.toml").exists()
+    # an absolute path is written as given, not as ../../ from the plan's folder
+    done = servediff("init", "llamacpp", str(model / "model.gguf"), "--out", "plans/a.toml",
+                     "--size", "small", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert load_plan_file(tmp_path / "plans" / "a.toml")[0].model == str(model / "model.gguf")
+
+
+def test_init_takes_a_hub_id_for_an_engine_that_loads_one(tmp_path: Path):
+    from servediff.plan import load_plan_file
+
+    for given in ("meta-llama/Llama-3.1-8B", "Qwen/Qwen3-0.6B@main"):
+        done = servediff("init", "vllm", given, "--out", "plans/p.toml", "--size", "small",
+                         "--force", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert load_plan_file(tmp_path / "plans" / "p.toml")[0].model == given
+        assert f"model = \"{given}\"" in (tmp_path / "plans" / "p.toml").read_text()
+    # llama-server serves a GGUF file: a hub id is refused with what to give instead
+    refused = servediff("init", "llamacpp", "meta-llama/Llama-3.1-8B", "--out", "l.toml",
+                        cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "`llamacpp` is not given hub ids (servediff gives them to vllm, sglang" in \
+        " ".join(refused.stderr.split())
+    # a folder of that name beside the plan is the folder, not a hub id
+    (tmp_path / "plans" / "org" / "name").mkdir(parents=True)
+    (tmp_path / "plans" / "org" / "name" / "model.gguf").write_bytes(b"\0" * 4096)
+    done = servediff("init", "llamacpp", "org/name/model.gguf", "--out", "g.toml",
+                     "--size", "small", cwd=tmp_path / "plans")
+    assert done.returncode == 0, done.stderr
 
 
 def test_engines_wraps_its_cells_on_a_narrow_terminal_instead_of_cutting_them():

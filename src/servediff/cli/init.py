@@ -13,8 +13,9 @@ from servediff.cli.console import err, out
 from servediff.engines import registry
 from servediff.errors import InputError
 from servediff.estimate import describe, estimate
+from servediff.models import BUILTIN_MODELS
 from servediff.newplan import comments, plan_text
-from servediff.plan import BUILTIN_MODELS, resolve_plan
+from servediff.plan import resolve_plan
 from servediff.probes import protocol_size
 
 # engines that servediff starts (an external endpoint's plan is written by hand: base_url)
@@ -22,11 +23,14 @@ STARTED = [name for name in registry.ENGINES if "reload" in registry.create(name
 
 
 def plan_model(model: str, plan_dir: Path) -> str:
-    """A model path given from here, as the plan (which resolves it from its own folder)
-    must hold it; a built-in name or a path that does not exist here is left as given."""
-    if model in BUILTIN_MODELS or not Path(model).expanduser().exists():
+    """The model as the plan names it: a built-in name, a hub id, an absolute or `~/` path
+    as given; a relative path from here made relative to the plan's folder, from which the
+    plan resolves it (the same text when the plan is written here)."""
+    given = Path(model)
+    if model in BUILTIN_MODELS or given.is_absolute() or model.startswith("~") \
+            or not given.exists():
         return model
-    return os.path.relpath(Path(model).expanduser().resolve(), plan_dir.resolve())
+    return os.path.relpath(given.resolve(), plan_dir.resolve())
 
 
 @click.command()

@@ -102,6 +102,9 @@ class EngineAdapter(ABC):
     # What a built-in model is served as: a HF folder or a GGUF file.
     model_format: ClassVar[Literal["hf-dir", "gguf"]] = "hf-dir"
     default_command: ClassVar[list[str]] = []
+    # The flag that gives the engine a hub revision, for an engine that loads a model by
+    # its hub id (`org/name`); None: the engine is given folders and files only.
+    hub_revision_flag: ClassVar[str | None] = None
     # Said wherever the engine is listed, e.g. that it never ran against the real thing.
     caveat: ClassVar[str | None] = None
     # A typical cold start in seconds, for the rough duration estimate before a run

@@ -139,6 +139,7 @@ class SglangAdapter(EngineAdapter):
         sys.executable, "-m", "sglang.launch_server", "--model-path", "{model}",
         "--host", "{host}", "--port", "{port}",
     ]
+    hub_revision_flag = "--revision"
     options_model = SglangOptions
     caches = SGLANG
     cache_option = "prefix_cache"

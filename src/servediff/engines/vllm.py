@@ -87,6 +87,7 @@ class VllmAdapter(CompletionsAdapter):
     capabilities: ClassVar[frozenset[str]] = frozenset(
         {"score", "generate", "capacity", "version", "metrics", "reload"}
     )
+    hub_revision_flag = "--revision"
     options_model = VllmOptions
     caches = VLLM
     cache_option = "prefix_cache"

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from servediff.analysis.findings import Comparison, ConcurrencyTable, Summary, TableCell
 from servediff.evidence import Skipped
+from servediff.hub import hub_id
 from servediff.report import ship, words
 
 
@@ -77,8 +78,8 @@ def drift_table(summary: Summary) -> Group:
 
 
 def model_name(model: str) -> str:
-    """A model as the terminal names it: a path by its folder's name."""
-    return Path(model).name if "/" in model and Path(model).is_absolute() else model
+    """A model as the terminal names it: a hub id as given, a path by its last part."""
+    return model if hub_id(model) is not None or "/" not in model else Path(model).name
 
 
 def grid_cell(entry: TableCell) -> str:
