@@ -35,6 +35,7 @@ from servediff.hub import hub_id
 from servediff.report import words
 from servediff.report.markdown import protocol
 from servediff.scrub import policy, scrub_tree
+from servediff.trapfields import Applicability, PinChain, applicability, pin_chains
 
 SCHEMA_VERSION = "1.0"
 
@@ -142,7 +143,13 @@ class EvidencePacket(Part):
     controls: list[Control]
     review: Review
     claim: PacketClaim
+    # where the finding applies, in the trap registry's condition fields, and the chain of
+    # pins when the arms are different engine builds (trapfields.py)
+    applicability: Applicability
+    pin_chain: list[PinChain]
     sanitization: Sanitization | None = None
+
+
 EVIDENCE_STATUS = "contributor-measured, conditions as reported"
 # Names that move: a packet identified only by one of these cannot be re-measured.
 MUTABLE = {"main", "master", "latest", "head", "dev", "nightly", "stable", "default"}
@@ -300,7 +307,9 @@ def build(root: Path, summary: Summary, given_revision: str | None) -> EvidenceP
                              Role(role="reviewer", status="pending")]),
         claim=PacketClaim(text=claim, evidence_status=EVIDENCE_STATUS,
                           rederive_command="servediff verify RUN && servediff rederive RUN",
-                          evidence_sha256=evidence_hash))
+                          evidence_sha256=evidence_hash),
+        applicability=applicability(evidence, summary),
+        pin_chain=pin_chains(evidence, summary))
     tree, counts = scrub_tree(packet.model_dump(mode="json", exclude={"sanitization"}),
                               policy=policy(plan.scrub.allow_hosts, plan.scrub.deny_hosts))
     kinds = dict(counts)

@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 
 from servediff.packet import schema
+from servediff.registry_packet import schema as registry_schema
 from servediff.report.plots import moved_comparisons
 from tests.integration.browser import render
 from tests.integration.engines import (
@@ -96,6 +97,15 @@ def test_evidence_packet_validates_and_its_hashes_match(run: Path):
     text = json.dumps(packet)
     assert str(run.parent) not in text and "127.0.0.1" not in text  # scrubbed
     assert packet["sanitization"]["scrubbed"] is True
+    # where it applies, from what the run recorded: the embedded engine on this CPU
+    where = packet["applicability"]
+    assert where["serving_stack"] == ["transformers"] and where["node_count"] == ["1"]
+    assert where["context_regime"] and where["concurrency_regime"]
+    assert packet["pin_chain"] == []  # one engine build
+    registry = json.loads((run.parent / f"{run.name}.registry-packet.json").read_text())
+    jsonschema.validate(registry, registry_schema())
+    assert "Applies to: " in registry["claim"]["claim_boundary"]
+    assert str(run.parent) not in json.dumps(registry)
 
 
 def test_reports_rerender_from_the_bundle_alone(run: Path, tmp_path: Path):

@@ -16,6 +16,8 @@ from servediff.cli import main
 from servediff.derived import write_derived
 from servediff.errors import InputError
 from servediff.packet import build, schema, target_revision
+from servediff.registry_packet import registry_packet
+from servediff.registry_packet import schema as registry_schema
 from tests.fixtures.bundles import Launch, Layout, Stop, write_load
 from tests.unit.test_verdict import north_star
 
@@ -77,6 +79,53 @@ def test_packet_validates_and_hashes_match(tmp_path: Path):
         jsonschema.validate(broken, schema())
 
 
+def set_builds(root: Path, builds: dict[str, str]) -> None:
+    """Give each arm's launches another engine build (as the engine reports its version)."""
+    for path in (root / "loads").glob("*.json"):
+        record = json.loads(path.read_text())
+        for launch in record["launches"]:
+            launch["engine"] = {"version": {"sglang": builds[record["arm"]]}}
+        path.write_text(json.dumps(record))
+    write_manifest(root)
+
+
+def test_packet_names_where_it_applies_and_the_chain_of_pins(tmp_path: Path):
+    root = north_star(tmp_path / "run")
+    summary = write_derived(root)
+    same = build(root, summary, "93efa2f097d58c2a74874c7e644dbc9b0cee75a2")
+    where = same.applicability
+    assert where.serving_stack == ["transformers"] and where.node_count == []
+    # the sweep sent 1 and 4 prompts at once; the pinned arm's server died in it
+    assert where.concurrency_regime == ["concurrency=1", "concurrency=4"]
+    assert "prefill" in where.failure_stage
+    assert same.pin_chain == []  # one engine build: no chain of pins
+    set_builds(root, {"stock": "0.4.9", "pinned": "0.5.0"})
+    summary = write_derived(root)
+    packet = build(root, summary, "93efa2f097d58c2a74874c7e644dbc9b0cee75a2")
+    jsonschema.validate(packet.model_dump(mode="json"), schema())
+    chains = {(c.finding, c.BROKEN_PIN, c.KNOWN_GOOD_PIN) for c in packet.pin_chain}
+    # stock's scores drift and pinned's do not; pinned carries the costs
+    assert ("drift", "sglang=0.4.9", "sglang=0.5.0") in chains
+    (costs,) = [(broken, good) for f, broken, good in chains if "cost(s)" in f]
+    assert costs == ("sglang=0.5.0", "sglang=0.4.9")
+    assert all(c.FIXED_BY == "UNKNOWN" and c.REPRO_BEFORE == "PASS" for c in packet.pin_chain)
+    assert "sglang=0.4.9" in packet.applicability.stack_version
+    # the registry's shape: its schema holds, the moving names it refuses are absent, and
+    # the claim boundary carries what its schema has no field for
+    registry = registry_packet(root, packet, summary).model_dump(mode="json")
+    jsonschema.validate(registry, registry_schema())
+    assert registry["target"]["exact_revision"] not in ("main", "master", "HEAD", "latest")
+    assert registry["execution"]["failure_cause"] == "NONE"
+    assert registry["execution"]["observed_count"] > 0
+    boundary = registry["claim"]["claim_boundary"]
+    assert "Applies to: " in boundary and "serving_stack=transformers" in boundary
+    assert "BROKEN_PIN=sglang=0.4.9" in boundary and "KNOWN_GOOD_PIN=sglang=0.5.0" in boundary
+    refs = {a["ref"]: a["type"] for a in registry["artifacts"]}
+    assert refs["manifest.json"] == "manifest" and refs["summary.json"] == "metric"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**registry, "applicability": {}}, registry_schema())
+
+
 @pytest.mark.parametrize("revision", ["main", "latest", "HEAD", "nightly"])
 def test_mutable_revisions_are_refused(revision: str):
     with pytest.raises(InputError, match="pin the model"):
@@ -104,6 +153,9 @@ def test_export_and_report_formats_from_the_cli(tmp_path: Path, capsys: pytest.C
     assert cli("export", str(root), "--packet", "--revision", "0123456789abcdef") == 0
     packet = json.loads((tmp_path / "run.packet.json").read_text())
     jsonschema.validate(packet, schema())
+    registry = json.loads((tmp_path / "run.registry-packet.json").read_text())
+    jsonschema.validate(registry, registry_schema())
+    assert registry["packet_id"] == packet["packet_id"]
     assert cli("verify", str(root)) == 0  # exporting changed nothing the manifest covers
     capsys.readouterr()
     assert cli("report", str(root), "--format", "json", "--stdout") == 0

@@ -12,12 +12,14 @@ from servediff.cli.console import out
 from servediff.derived import write_derived
 from servediff.errors import InputError
 from servediff.packet import build
+from servediff.registry_packet import registry_packet
 
 
 @click.command()
 @click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
 @click.option("--packet", is_flag=True, required=True,
-              help="write the evidence packet (the only export format so far)")
+              help="write the evidence packet, and beside it the same in the trap registry's "
+              "shape (<RUN>.registry-packet.json)")
 @click.option("--revision", help="the model's exact revision (commit sha or weights sha256), "
               "needed when servediff did not hash the weights itself")
 @click.option("--out", "out_path", type=click.Path(path_type=Path, dir_okay=False),
@@ -30,5 +32,13 @@ def export(run_dir: Path, packet: bool, revision: str | None, out_path: Path | N
     if run_dir.resolve() in path.resolve().parents:
         raise InputError(f"--out {path}: inside the run directory; the packet hashes that "
                          "directory, so write it elsewhere")
-    atomic.write_json(path, build(run_dir, summary, revision).model_dump(mode="json"))
+    written = build(run_dir, summary, revision)
+    atomic.write_json(path, written.model_dump(mode="json"))
     out.print(f"evidence packet: {path}")
+    # the same, in the shape the trap registry accepts (its schema has no place for the
+    # applicability block and the pin chain: its claim boundary names them)
+    registry = path.with_name(path.name.removesuffix(".packet.json").removesuffix(".json")
+                              + ".registry-packet.json")
+    atomic.write_json(registry, registry_packet(run_dir, written, summary).model_dump(
+        mode="json"))
+    out.print(f"evidence packet for the trap registry: {registry}")
