@@ -152,6 +152,13 @@ class SpeedSample(Raw):
     generated: int = 0
     prefill_tok_s: float | None = None
     decode_tok_s: float | None = None
+    # burst: `concurrency` requests of each kind sent at once (a request for one token
+    # gives the TTFT); steady: `requests` streamed requests with `concurrency` in flight, a
+    # new one started as one finished (at `request_rate` per second, Poisson arrivals,
+    # where the plan gives one): TTFT and ITL from the streamed tokens' arrival times
+    mode: Literal["burst", "steady"] = "burst"
+    requests: int | None = None
+    itl_s: float | None = None
     status: Literal["ok", "error"] = "ok"
     error: str | None = None
 

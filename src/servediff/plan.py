@@ -454,6 +454,11 @@ class LockedPlan(BaseModel):
         return self.sha256 == other.sha256 or self.canonical() == other.canonical()
 
 
+# Speed settings added after plans were locked with the probe: at these values a plan's
+# sha256 is what it was before they existed.
+LATER_DEFAULTS: dict[str, Any] = {"mode": "burst", "requests": None, "request_rate": None}
+
+
 def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
     # JSON objects are unordered once sorted; the arm order (A before B) is kept apart.
     # Where the loads run ([scale]) is not what is measured: a run may resume elsewhere.
@@ -462,6 +467,11 @@ def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
     dumped = plan.model_dump(mode="json", exclude={"scale"})
     if dumped["comparisons"] is None:
         del dumped["comparisons"]
+    # so are the speed probe's steady-mode settings, for the same reason
+    speed = dumped.get("probes", {}).get("speed", {})
+    for key, default in LATER_DEFAULTS.items():
+        if key in speed and speed[key] == default:
+            del speed[key]
     return {
         "plan": dumped,
         "arm_order": list(plan.arms),
@@ -594,6 +604,11 @@ def validate_engine(plan: Plan, source: str) -> None:
                                 "servediff starts; an external endpoint takes options only")
     options_model = adapter.options_model
     problems = []
+    steady = [x for x in plan.probes.sections()
+              if x.section == "speed" and getattr(x, "mode", "burst") == "steady" and x.on()]
+    if steady and "stream" not in adapter.capabilities:
+        problems.append(f"{source}: probes.speed.mode: \"steady\" needs streamed tokens, and "
+                        f"engine {plan.engine!r} does not stream; use mode = \"burst\"")
     try:
         options_model.model_validate(plan.engine_options)
     except ValidationError as exc:

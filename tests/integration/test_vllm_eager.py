@@ -61,8 +61,10 @@ def vllm_eager_run(tmp_path_factory: pytest.TempPathFactory, vllm_python: Path,
     plan = plan.replace("[arms.compiled]\n", "").replace("[probes.repeat]\ncount = 1\n",
                                                          "[probes.repeat]\ncount = 0\n")
     plan = plan.replace(CORPUS, '[corpus]\ntags = ["prose-harbour"]\n')
+    # the speed probe in steady mode: 4 streamed requests a replicate, 1 and 2 in flight
+    cost = COST.replace("levels = [1, 2]\n", 'levels = [1, 2]\nmode = "steady"\nrequests = 4\n', 1)
     plan = plan.replace(CONC_OFF, CONCURRENCY).replace(probes_off("speed", "sweep", "prefix"),
-                                                       "") + COST
+                                                       "") + cost
     return run_plan(work, plan)
 
 
@@ -104,3 +106,15 @@ def test_vllm_cost_protocol(vllm_eager_run: Path):
     assert summary["costs"]["eager"]["capacity"]["kv_tokens"] > 0
     # vLLM's prefix cache is on by default: later requests reuse the shared prefix
     assert summary["costs"]["eager"]["prefix"]["later_cached_tokens"] > 0
+    # steady mode: every replicate streamed 4 requests of exactly 8 tokens, timed per token
+    cell = json.loads((run / "cells" / "eager-cost1-speed.json").read_text())
+    samples = [s for s in cell["speed"] if s["status"] == "ok"]
+    assert len(samples) == len(cell["speed"]) == 2 * 4  # 2 levels, 1 warm-up + 3 replicates
+    for s in samples:
+        assert (s["mode"], s["requests"], s["generated"]) == ("steady", 4, 8), s
+        assert 0 < s["itl_s"] < s["total_s"] and 0 < s["ttft_s"] < s["total_s"]
+        assert s["achieved_prompt_tokens"] == 128
+    per = {e["concurrency"]: e for e in summary["costs"]["eager"]["speed"]["per_length"]}
+    assert set(per) == {1, 2} and all(e["mode"] == "steady" for e in per.values())
+    assert all(len(e["itl_s"]["values"]) == 3 and e["throughput_tok_s"]["mean"] > 0
+               for e in per.values())

@@ -117,6 +117,12 @@ def launches_by_cell(evidence: Evidence) -> dict[tuple[str, int, str, int], Laun
             for rec in evidence.loads for x in rec.launches}
 
 
+def _some(values: Sequence[float | None]) -> MetricStats | None:
+    """The stats of a metric that only some samples carry; None where none does."""
+    found = [v for v in values if v is not None]
+    return _stats(found) if found else None
+
+
 def speed_arm(cells: Sequence[Cell], launches: Mapping[tuple[str, int, str, int], Launch]
               | None = None, spec: QuietSpec | None = None) -> Speed | None:
     mine = sorted((c for c in cells if c.probe == "speed"), key=lambda c: c.started_at)
@@ -141,7 +147,10 @@ def speed_arm(cells: Sequence[Cell], launches: Mapping[tuple[str, int, str, int]
                        if (s.concurrency, s.prompt_tokens) == (level, length)),
             cells=refs, busy={ref: busy[ref] for ref in refs if ref in busy},
             decode_tok_s=stats["decode_tok_s"], prefill_tok_s=stats["prefill_tok_s"],
-            ttft_s=stats["ttft_s"]))
+            ttft_s=stats["ttft_s"],
+            mode="steady" if any(s.mode == "steady" for _, s in rows) else "burst",
+            itl_s=_some([s.itl_s for _, s in rows]),
+            throughput_tok_s=_some([s.throughput_tok_s for _, s in rows])))
     skipped = {(x.length, x.reason): x for c in mine for x in c.skipped}
     return Speed(per_length=per_length,
                  monotone_drift=[Trend(prompt_tokens=e.prompt_tokens, metric=m,

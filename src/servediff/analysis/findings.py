@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
 from servediff.plan import ProbesSpec, Regime
 
-SUMMARY_SCHEMA_VERSION = 8
+SUMMARY_SCHEMA_VERSION = 9
 
 Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
 Band = list[float]
@@ -421,6 +421,11 @@ class SpeedAtLength(Finding):
     decode_tok_s: MetricStats
     prefill_tok_s: MetricStats
     ttft_s: MetricStats
+    # how the requests were sent (the speed probe's mode); the steady mode's streamed
+    # inter-token latency, and the output throughput (None where nothing measured them)
+    mode: Literal["burst", "steady"] = "burst"
+    itl_s: MetricStats | None = None
+    throughput_tok_s: MetricStats | None = None
 
     def metric(self, name: Metric) -> MetricStats:
         stats: MetricStats = getattr(self, name)

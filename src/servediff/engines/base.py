@@ -67,6 +67,25 @@ class Generated:
 
 
 @dataclass(frozen=True)
+class Streamed:
+    """One streamed generation, timed on arrival: each chunk's time after the request was
+    sent, and the tokens the server counted."""
+
+    chunk_s: list[float]
+    total_s: float
+    completion_tokens: int
+    prompt_tokens: int | None = None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.chunk_s[0] if self.chunk_s else None
+
+    @property
+    def itl_s(self) -> list[float]:
+        return [b - a for a, b in zip(self.chunk_s, self.chunk_s[1:], strict=False)]
+
+
+@dataclass(frozen=True)
 class EngineInfo:
     version: dict[str, Any]
     bos_token_id: int | None
@@ -154,6 +173,12 @@ class EngineAdapter(ABC):
                  options: EngineOptions) -> Generated:
         """Greedy generation (temperature 0) after the prompt `ids`."""
         raise NotImplementedError(f"{self.name} cannot generate")
+
+    def stream(self, client: EngineClient, ids: list[int], max_tokens: int,
+               options: EngineOptions) -> Streamed:
+        """A streamed greedy generation of exactly `max_tokens` tokens, timed per chunk
+        (the speed probe's steady mode); engines with the "stream" capability."""
+        raise NotImplementedError(f"{self.name} cannot stream")
 
     def cache_isolation(self, options: EngineOptions) -> str:
         """How this arm's prefix cache is handled, said in the load record."""

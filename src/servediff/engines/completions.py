@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from servediff.engines.base import EngineAdapter, EngineOptions, Generated, Scored
+from servediff.engines.base import EngineAdapter, EngineOptions, Generated, Scored, Streamed
 from servediff.engines.rows import Position, judge, shape
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError
@@ -152,6 +152,33 @@ def parse_generated(body: Any) -> Generated:
                          cached_tokens=details.get("cached_tokens"))
 
 
+def stream_payload(model: str | None, ids: list[int], max_tokens: int) -> dict[str, Any]:
+    """A streamed greedy generation of exactly `max_tokens` (as `vllm bench serve` sends
+    it: no logprobs, the end-of-sequence token ignored), with the usage counted at the end."""
+    payload: dict[str, Any] = {
+        "prompt": ids, "max_tokens": max_tokens, "min_tokens": max_tokens,
+        "ignore_eos": True, "temperature": 0.0, "seed": 0, "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if model is not None:
+        payload["model"] = model
+    return payload
+
+
+def parse_stream(events: list[tuple[float, Any]], total_s: float) -> Streamed:
+    """The arrival times of the chunks that carry text, and the usage of the last event."""
+    with shape("/v1/completions (stream)", events):
+        chunks = [t for t, body in events
+                  if any(c.get("text") for c in body.get("choices") or [])]
+        usage: dict[str, Any] = next((body["usage"] for _, body in reversed(events)
+                                      if body.get("usage")), {})
+    if not chunks:
+        raise EngineRequestError("the streamed completion carried no text")
+    return Streamed(chunk_s=chunks, total_s=total_s,
+                    completion_tokens=int(usage.get("completion_tokens") or len(chunks)),
+                    prompt_tokens=usage.get("prompt_tokens"))
+
+
 class CompletionsAdapter(EngineAdapter):
     """An engine that speaks `/v1/completions`: subclasses say how it is launched, which
     model name to send and which scoring form to use."""
@@ -181,3 +208,9 @@ class CompletionsAdapter(EngineAdapter):
         body = client.post_json("/v1/completions",
                                 generate_payload(self.served_model(options), ids, max_tokens))
         return parse_generated(body)
+
+    def stream(self, client: EngineClient, ids: list[int], max_tokens: int,
+               options: EngineOptions) -> Streamed:
+        events, total = client.post_stream(
+            "/v1/completions", stream_payload(self.served_model(options), ids, max_tokens))
+        return parse_stream(events, total)

@@ -24,7 +24,7 @@ class ExternalOptions(EngineOptions):
 class ExternalAdapter(CompletionsAdapter):
     name = "openai"
     typical_start_s = 0.0  # servediff does not start it
-    capabilities: ClassVar[frozenset[str]] = frozenset({"score", "generate", "version"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"score", "generate", "stream", "version"})
     options_model = ExternalOptions
 
     @classmethod

@@ -92,7 +92,7 @@ class LlamaCppAdapter(EngineAdapter):
     # healthy well under a second after start for SmolLM2 on a CPU
     typical_start_s = 2.0
     capabilities: ClassVar[frozenset[str]] = frozenset(
-        {"score", "generate", "capacity", "version", "reload"}
+        {"score", "generate", "stream", "capacity", "version", "reload"}
     )
     options_model = LlamaCppOptions
     model_format = "gguf"

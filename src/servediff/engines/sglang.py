@@ -133,7 +133,7 @@ class SglangAdapter(EngineAdapter):
     # measured on a 2-core AMD EPYC, SmolLM2-135M float32: ready in 22 to 24 s (2026-12-02)
     typical_start_s = 30.0
     capabilities: ClassVar[frozenset[str]] = frozenset(
-        {"score", "generate", "capacity", "version", "reload"}
+        {"score", "generate", "stream", "capacity", "version", "reload"}
     )
     default_command: ClassVar[list[str]] = [
         sys.executable, "-m", "sglang.launch_server", "--model-path", "{model}",

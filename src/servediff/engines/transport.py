@@ -14,6 +14,7 @@ bound.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -134,6 +135,36 @@ class EngineClient:
                         f"POST {path}: no answer after {time.monotonic() - t0:.1f} s and the "
                         f"engine did no work for {watch.stall_window_s:g} s (hung)",
                         timed_out=True, stalled=True) from None
+
+    def post_stream(self, path: str, payload: dict[str, Any]) -> tuple[list[tuple[float, Any]],
+                                                                      float]:
+        """POST for server-sent events: each `data:` event's JSON with its arrival time after
+        the request was sent, and the time of the whole. No retry; the client's timeout
+        bounds each read."""
+        t0 = time.monotonic()
+        events: list[tuple[float, Any]] = []
+        try:
+            with self._http.stream("POST", path, json=payload) as response:
+                if response.status_code != 200:
+                    response.read()
+                    self._decode(path, response)
+                for line in response.iter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line.removeprefix("data:").strip()
+                    if data == "[DONE]":
+                        break
+                    events.append((time.monotonic() - t0, json.loads(data)))
+        except httpx.TimeoutException as exc:
+            raise EngineRequestError(f"POST {path} (stream): timed out ({type(exc).__name__})",
+                                     timed_out=True) from None
+        except httpx.TransportError as exc:
+            raise EngineRequestError(f"POST {path} (stream): {type(exc).__name__}: {exc}"
+                                     ) from None
+        except ValueError as exc:
+            raise EngineRequestError(f"POST {path} (stream): an event is not JSON: {exc}"
+                                     ) from None
+        return events, time.monotonic() - t0
 
     def post_many(self, path: str, payloads: list[dict[str, Any]],
                   concurrency: int) -> list[Any]:

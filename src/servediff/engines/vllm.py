@@ -85,7 +85,7 @@ class VllmAdapter(CompletionsAdapter):
     # torch.compile and CUDA graphs at start: about a minute and a half, CPU or GPU
     typical_start_s = 90.0
     capabilities: ClassVar[frozenset[str]] = frozenset(
-        {"score", "generate", "capacity", "version", "metrics", "reload"}
+        {"score", "generate", "stream", "capacity", "version", "metrics", "reload"}
     )
     hub_revision_flag = "--revision"
     options_model = VllmOptions

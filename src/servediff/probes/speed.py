@@ -18,11 +18,12 @@ import statistics
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+import numpy as np
+from pydantic import Field, field_validator, model_validator
 
-from servediff.engines.base import Generated
+from servediff.engines.base import Generated, Streamed
 from servediff.errors import EngineError
 from servediff.evidence import SpeedSample
 from servediff.plan import Plan, ProbeSettings, distinct_sorted
@@ -56,10 +57,33 @@ class SpeedSettings(ProbeSettings):
     # of each kind go at once (a flag can be free alone and cost under load).
     levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 4])
 
+    # burst: at each level that many requests of each kind go at once, all prefills first
+    # (the regime survival is about); steady: `requests` streamed requests per replicate
+    # with `level` in flight, a new one started as one finishes (the regime `vllm bench
+    # serve --max-concurrency` measures), TTFT and ITL from the streamed tokens
+    mode: Literal["burst", "steady"] = "burst"
+    # steady: requests per replicate and level (None: 3 per request in flight)
+    requests: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    # steady: requests started per second, Poisson arrivals (None: each as soon as a
+    # request in flight finishes)
+    request_rate: Annotated[float, Field(gt=0)] | None = None
+
     @field_validator("levels")
     @classmethod
     def _levels(cls, levels: list[int]) -> list[int]:
         return distinct_sorted(levels, "needs at least one level (1: one request at a time)")
+
+    @model_validator(mode="after")
+    def _steady_only(self) -> SpeedSettings:
+        if self.mode == "burst" and (self.requests is not None or self.request_rate):
+            raise ValueError("requests and request_rate are settings of mode = \"steady\"")
+        return self
+
+    def per_replicate(self, level: int) -> int:
+        """Requests in one replicate at this level: burst sends `level` of each kind."""
+        if self.mode == "burst":
+            return level
+        return self.requests if self.requests is not None else 3 * level
 
 
 def _timed(ctx: ProbeContext, ids: list[int], max_tokens: int) -> tuple[Generated, float]:
@@ -80,9 +104,14 @@ class SpeedProbe(Probe[SpeedSettings]):
     def protocol(self, spec: SpeedSettings) -> str | None:
         from servediff.report.words import levels_text
 
+        steady = ("" if spec.mode == "burst" else
+                  f", steady: {spec.requests or '3 per level'} streamed requests a replicate "
+                  "with that many in flight, "
+                  + (f"{spec.request_rate:g} a second (Poisson)" if spec.request_rate
+                     else "each started as one finishes"))
         return (f"speed at {spec.prompt_tokens} prompt tokens, {spec.max_tokens} output tokens, "
-                f"{levels_text(spec.levels)}, {spec.warmup} warm-up + {spec.replicates} "
-                "replicates per cost load")
+                f"{levels_text(spec.levels)}{steady}, {spec.warmup} warm-up + "
+                f"{spec.replicates} replicates per cost load")
 
     def measured(self, found: Measured) -> bool:
         return any(c.speed for c in found.costs.values())
@@ -92,11 +121,13 @@ class SpeedProbe(Probe[SpeedSettings]):
 
     def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
         spec = self.spec(plan)
-        # per length and replicate, `level` requests for one token and `level` for max_tokens
-        sent = (spec.warmup + spec.replicates) * sum(spec.levels)
-        return Work(requests=2 * sent * len(spec.prompt_tokens),
-                    prompt_tokens=2 * sent * sum(spec.prompt_tokens),
-                    new_tokens=sent * len(spec.prompt_tokens) * (spec.max_tokens + 1))
+        # per length and replicate: burst, `level` requests for one token and `level` for
+        # max_tokens; steady, `requests` for max_tokens
+        sent = (spec.warmup + spec.replicates) * sum(spec.per_replicate(n) for n in spec.levels)
+        kinds, extra = (2, 1) if spec.mode == "burst" else (1, 0)
+        return Work(requests=kinds * sent * len(spec.prompt_tokens),
+                    prompt_tokens=kinds * sent * sum(spec.prompt_tokens),
+                    new_tokens=sent * len(spec.prompt_tokens) * (spec.max_tokens + extra))
 
     def measure(self, ctx: ProbeContext, cell: CellSpec) -> None:
         spec = self.spec(ctx.plan)
@@ -114,6 +145,14 @@ class SpeedProbe(Probe[SpeedSettings]):
                     base: dict[str, Any] = dict(replicate=replicate,
                                                 warmup=replicate < spec.warmup,
                                                 prompt_tokens=length, concurrency=level)
+                    if spec.mode == "steady":
+                        count = spec.per_replicate(level)
+                        batch = [source.unique(length, n + i) for i in range(count)]
+                        n += count
+                        out.speed.append(_steady(ctx, spec, base, batch, level, length,
+                                                 seed=n))
+                        obs.cell_advanced(len(out.speed))
+                        continue
                     short = [source.unique(length, n + i) for i in range(level)]
                     long = [source.unique(length, n + level + i) for i in range(level)]
                     n += 2 * level
@@ -155,4 +194,44 @@ def _sample(base: dict[str, Any], firsts: list[tuple[Generated, float]],
         decode_tok_s=round((generated - 1) / decode, 3)
         if decode > 0 and generated > 1 else None,
         throughput_tok_s=round(sum(len(g.token_ids) for g, _ in fulls) / wall, 3)
+        if wall > 0 else None)
+
+
+def _steady(ctx: ProbeContext, spec: SpeedSettings, base: dict[str, Any],
+            batch: list[list[int]], level: int, length: int, seed: int) -> SpeedSample:
+    """One steady replicate: the prompts streamed with `level` in flight, each started as
+    one finishes and not before its arrival (Poisson at `request_rate`, seeded); medians
+    over the requests, output throughput over the whole."""
+    rate = spec.request_rate
+    arrivals = (np.cumsum(np.random.default_rng(seed).exponential(1 / rate, len(batch)))
+                if rate else np.zeros(len(batch)))
+    t0 = time.monotonic()
+
+    def one(i: int) -> Streamed:
+        wait = t0 + float(arrivals[i]) - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        return ctx.adapter.stream(ctx.engine, batch[i], spec.max_tokens, ctx.options)
+
+    common = dict(base, mode="steady", requests=len(batch))
+    try:
+        with ThreadPoolExecutor(max_workers=level) as pool:
+            done = list(pool.map(one, range(len(batch))))
+    except EngineError as exc:
+        return SpeedSample(**common, status="error", error=str(exc))
+    wall = time.monotonic() - t0
+    ttft = statistics.median(s.ttft_s for s in done if s.ttft_s is not None)
+    total = statistics.median(s.total_s for s in done)
+    itl = [gap for s in done for gap in s.itl_s]
+    # per request, as `vllm bench serve` has it: 1 / TPOT, (tokens - 1) / (latency - TTFT)
+    decode = [(s.completion_tokens - 1) / (s.total_s - s.ttft_s) for s in done
+              if s.ttft_s is not None and s.completion_tokens > 1 and s.total_s > s.ttft_s]
+    return SpeedSample(
+        **common, achieved_prompt_tokens=done[0].prompt_tokens, ttft_s=round(ttft, 6),
+        total_s=round(total, 6),
+        generated=int(statistics.median(s.completion_tokens for s in done)),
+        prefill_tok_s=round(length / ttft, 3) if ttft > 0 else None,
+        decode_tok_s=round(statistics.median(decode), 3) if decode else None,
+        itl_s=round(statistics.median(itl), 6) if itl else None,
+        throughput_tok_s=round(sum(s.completion_tokens for s in done) / wall, 3)
         if wall > 0 else None)
