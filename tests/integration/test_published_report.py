@@ -97,9 +97,11 @@ def test_evidence_packet_validates_and_its_hashes_match(run: Path):
     text = json.dumps(packet)
     assert str(run.parent) not in text and "127.0.0.1" not in text  # scrubbed
     assert packet["sanitization"]["scrubbed"] is True
-    # where it applies, from what the run recorded: the embedded engine on this CPU
+    # where it applies, from what the run recorded: llama-server on this CPU, its GGUF's
+    # quantization read from the file's name
     where = packet["applicability"]
-    assert where["serving_stack"] == ["transformers"] and where["node_count"] == ["1"]
+    assert where["serving_stack"] == ["llama.cpp"] and where["node_count"] == ["1"]
+    assert "q4_1" in where["quantization"]
     assert where["context_regime"] and where["concurrency_regime"]
     assert packet["pin_chain"] == []  # one engine build
     registry = json.loads((run.parent / f"{run.name}.registry-packet.json").read_text())
