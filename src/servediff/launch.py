@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NoReturn
 
-from servediff import caches
+from servediff import caches, secret_env
 from servediff.bundle import write_manifest
 from servediff.conditions import gpu_models, read_conditions
 from servediff.context import RunContext, ServedModel
@@ -71,6 +71,8 @@ class EngineLaunch:
     bos_token_id: int | None = None
     # where this launch's part of the load's engine log starts (bytes)
     log_offset: int = 0
+    # secret values -> the reference a stored log says instead (secret_env.py)
+    hidden: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def begin(cls, context: RunContext, arm: str, load: int, phase: Phase,
@@ -139,13 +141,16 @@ class EngineLaunch:
                 "CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
             launch.cache_policy = policy
             self.url = f"http://{HOST}:{port}"
+            # the record keeps env references ("${HF_TOKEN}"); the engine gets their values
             launch.command, launch.env_diff, launch.port = spec.argv, env, port
+            self.hidden = secret_env.hidden(env)
             launch.notes = spec.notes
             log = context.layout.log(self.name)
             # the log is appended to by every launch of the load: this one's part starts here
             self.log_offset = log.stat().st_size if log.exists() else 0
             try:
-                self.proc = context.launcher(spec.argv, env, log, HOST, port)
+                self.proc = context.launcher(spec.argv, secret_env.expand(env), log, HOST,
+                                             port)
             except OSError as exc:
                 raise EngineStartError(f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}"
                                        ) from None
@@ -249,6 +254,13 @@ class EngineLaunch:
             self.launch.stop = self.proc.stop(self.plan.launch.stop_grace_s)
             self.launch.caches = caches.settle(self.launch.caches)
             path = self.context.layout.log(self.name)
+            # the stored log, and what the record quotes of it, without secret values
+            secret_env.redact_file(path, self.hidden)
+            self.launch.stop.log_tail = secret_env.redact(self.launch.stop.log_tail,
+                                                          self.hidden)
+            for part in ("error", "engine_refusal"):
+                if (said := getattr(self.launch, part)) is not None:
+                    setattr(self.launch, part, secret_env.redact(said, self.hidden))
             log = path.read_text(errors="replace") if path.exists() else ""
             self.launch.capacity = {**self.adapter.capacity_from_log(log),
                                     **self.launch.capacity}

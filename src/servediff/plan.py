@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from servediff import models
+from servediff import models, secret_env
 from servediff.corpus import Corpus, load_corpus
 from servediff.engines import registry
 from servediff.engines.base import EngineOptions
@@ -519,6 +519,21 @@ def model_problem(model: object, base_url: object, engine: object, source: str,
             "(`org/name` or `org/name@revision`)" + suggest(model, BUILTIN_MODELS))
 
 
+def secret_problems(plan: Plan, source: str) -> list[str]:
+    """Literal secrets in the plan's env and arguments (the lock would keep them), and env
+    references (`"${NAME}"`) to variables that are not set here."""
+    out = secret_env.literal_problems(f"{source}: launch", plan.launch.env,
+                                      plan.launch.command or [])
+    for name, arm in plan.arms.items():
+        out += secret_env.literal_problems(f"{source}: arms.{name}", arm.env,
+                                           [*arm.args, *(arm.command or [])])
+    for where, env in [("launch", plan.launch.env),
+                       *((f"arms.{n}", a.env) for n, a in plan.arms.items())]:
+        out += [f"{source}: {where}.env: refers to ${{{name}}}, which is not set in the "
+                "environment servediff runs in" for name in secret_env.missing(env)]
+    return out
+
+
 def resolve_plan(raw: dict[str, Any], source: str, base_dir: Path) -> tuple[Plan, Corpus]:
     """The plan and its corpus; every mistake found in the plan is named at once."""
     problems: list[str] = []
@@ -542,6 +557,7 @@ def resolve_plan(raw: dict[str, Any], source: str, base_dir: Path) -> tuple[Plan
         problems.append(str(exc))
     if problem := model_problem(plan.model, plan.base_url, plan.engine, source, base_dir):
         problems.append(problem)
+    problems += secret_problems(plan, source)
     if problems:
         raise PlanError("\n".join(problems))
     if plan.corpus.source == "file":

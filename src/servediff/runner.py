@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from servediff import hub, models
+from servediff import hub, models, secret_env
 from servediff.bundle import Layout, exclusive, read_record, write_lock, write_manifest
 from servediff.conditions import gpu_models
 from servediff.context import ClientFactory, Observer, RunContext, ServedModel, make_client
@@ -117,6 +117,9 @@ class Runner:
                                          launch.host, launch.port,
                                          self.layout.log(record.name),
                                          context.plan.launch.stop_grace_s)
+                hidden = secret_env.hidden(launch.env_diff)
+                secret_env.redact_file(self.layout.log(record.name), hidden)
+                launch.stop.log_tail = secret_env.redact(launch.stop.log_tail, hidden)
                 launch.error = launch.error or "servediff ended before it stopped this launch"
                 launch.finished_at = launch.finished_at or time.time()
                 context.observer.note(
