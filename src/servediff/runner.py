@@ -12,6 +12,9 @@ in tests. The runner never prints: it reports to an `Observer`.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -26,8 +29,8 @@ from servediff.corpus import Corpus
 from servediff.engines import registry
 from servediff.engines.base import EngineAdapter
 from servediff.engines.process import EngineProcess, Launcher, stop_stale
-from servediff.errors import BundleError, EngineError, OutputDirError
-from servediff.evidence import LoadRecord, ModelSource, Phase
+from servediff.errors import BundleError, EngineError, IntegrityError, OutputDirError
+from servediff.evidence import SCHEMA_VERSION, Cell, LoadRecord, ModelSource, Phase
 from servediff.hub import HubId
 from servediff.launch import EngineLaunch
 from servediff.plan import Plan, lock
@@ -82,6 +85,51 @@ def served_from_hub(given: str, named: HubId, say: Callable[[str], None]) -> Ser
     source.hub_commit = snapshot.commit
     return ServedModel(str(snapshot.folder), models.weight_hashes(snapshot.folder),
                        models.bos_token_id(snapshot.folder), source)
+
+
+def other_version(path: Path) -> bool:
+    """A whole servediff file of another schema version (not a damaged one)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return False
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    return isinstance(version, int) and version != SCHEMA_VERSION
+
+
+def check_cells(layout: Layout, say: Callable[[str], None]) -> None:
+    """Before a resume trusts the cells an earlier run left: a cell that is not a whole
+    cell (cut short, not JSON) is moved aside to `.damaged/` and measured again; one whose
+    bytes differ from what the manifest recorded (edited by hand) stops the run, named.
+    A cell written but not yet in the manifest (servediff killed between the two) was
+    written atomically and is kept."""
+    recorded: dict[str, str] = {}
+    if layout.manifest.exists():
+        try:
+            recorded = json.loads(layout.manifest.read_text())["files"]
+        except (ValueError, KeyError, TypeError):
+            recorded = {}  # verify names a broken manifest; the cells are checked alone
+    edited = []
+    for path in sorted((layout.root / "cells").glob("*.json")):
+        name = str(path.relative_to(layout.root))
+        try:
+            read_record(path, Cell)
+        except BundleError as exc:
+            if other_version(path):
+                raise  # a cell of another servediff: refused, as every reader does
+            aside = layout.root / ".damaged" / path.name
+            aside.parent.mkdir(exist_ok=True)
+            os.replace(path, aside)
+            say(f"{name}: not a whole cell ({exc}); moved to .damaged/ and measured again")
+            continue
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        if name in recorded and recorded[name] != sha:
+            edited.append(name)
+    if edited:
+        raise IntegrityError(
+            f"{layout.root}: {len(edited)} cell(s) changed since servediff wrote them (sha256 "
+            f"differs from manifest.json): {', '.join(edited)}; restore them, or delete them "
+            "to have them measured again")
 
 
 class Runner:
@@ -148,6 +196,7 @@ class Runner:
 
     def _run(self) -> None:
         context = self.context
+        check_cells(self.layout, context.observer.note)
         self.reap()
         write_lock(self.layout.root, lock(context.plan, context.corpus))
         write_manifest(self.layout.root)

@@ -93,3 +93,59 @@ def test_servediff_killed_mid_load_leaves_no_engine_and_resumes(tmp_path: Path):
     assert "`wrapped` load 1 attempt 1: servediff ended before it stopped this launch" in report
     assert "at resume" in report
     assert_all_stopped(run)
+
+
+FROZEN = f"""
+engine = "transformers"
+model = "smollm2"
+loads_per_arm = 1
+[engine_options]
+device = "cpu"
+[arms.frozen]
+[corpus]
+tags = {json.dumps(TAGS)}
+[probes.repeat]
+count = 1
+[scoring]
+request_timeout_s = 20
+[launch]
+stall_window_s = 5
+stop_grace_s = 5
+""" + DRIFT_ONLY
+
+
+def test_a_frozen_engine_is_recorded_as_hung_killed_and_started_again(tmp_path: Path):
+    """SIGSTOP once it is ready, as a debugger or a stuck driver would: no CPU, no answer,
+    not even /health. The request is recorded as hung, the stopped group is killed, the
+    load is started again and the run completes."""
+    (tmp_path / "plan.toml").write_text(FROZEN)
+    run = tmp_path / "run"
+    load = run / "loads" / "frozen-load1.json"
+    proc = subprocess.Popen([sys.executable, "-m", "servediff", "run", "plan.toml", "--out",
+                             "run"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, pid = time.monotonic() + 900, None
+        while pid is None and proc.poll() is None and time.monotonic() < deadline:
+            if load.exists():
+                launch = json.loads(load.read_text())["launches"][0]
+                if launch["seconds_to_ready"] is not None:
+                    pid = launch["pid"]
+            time.sleep(0.05)
+        assert pid is not None, "the engine never became ready"
+        # the whole group, as SIGSTOP from a terminal would (the supervisor leads it)
+        os.killpg(pid, signal.SIGSTOP)
+        _, err = proc.communicate(timeout=1200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    frozen, again = json.loads(load.read_text())["launches"]
+    assert "hung" in (frozen["error"] or ""), frozen["error"]
+    assert frozen["stop"]["needed_kill"] is True and frozen["stop"]["group_gone"] is True
+    assert again["error"] is None and again["stop"]["died_before_stop"] is False
+    names = sorted(p.stem for p in (run / "cells").glob("*.json"))
+    assert names == ["frozen-load1-repeat-r1", "frozen-load1-score"]
+    assert servediff("verify", "run", cwd=tmp_path).returncode == 0
+    assert_all_stopped(run)

@@ -48,3 +48,33 @@ def test_installing_servediff_beside_an_engine_changes_none_of_its_packages(
     replaced = {name: (before[name], version) for name, version in plan.items()
                 if name in before}
     assert replaced == {}, replaced
+
+
+def test_a_real_install_beside_another_torch_keeps_it(sglang_python: Path, tmp_path: Path):
+    """Installed for real: a new venv that sees the SGLang environment's packages (torch
+    2.14.1, not the 2.13.0 of constraints-cpu.txt) through a .pth file, as a venv built
+    on top of another does; `pip install '.[hf]'` into it adds what is missing and leaves
+    every package it sees, torch first, at its version."""
+    site = subprocess.run([str(sglang_python), "-c", "import sysconfig; "
+                           "print(sysconfig.get_paths()['purelib'])"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    venv = tmp_path / "venv"
+    subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True, timeout=600)
+    python = venv / "bin" / "python"
+    own = subprocess.run([str(python), "-c", "import sysconfig; "
+                          "print(sysconfig.get_paths()['purelib'])"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    (Path(own) / "engine-env.pth").write_text(site + "\n")
+    before = installed(python)
+    assert before["torch"] == "2.14.1", before.get("torch")
+    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", f"{ROOT}[hf]"],
+                          capture_output=True, text=True, check=False, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = installed(python)
+    assert "servediff" in after
+    changed = {name: (version, after.get(name)) for name, version in before.items()
+               if after.get(name) != version}
+    assert changed == {}, changed
+    torch = subprocess.run([str(python), "-c", "import torch; print(torch.__version__, "
+                            "torch.__file__)"], capture_output=True, text=True, check=True)
+    assert torch.stdout.startswith("2.14.1 " + site), torch.stdout
