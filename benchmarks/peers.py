@@ -134,6 +134,9 @@ def vllm_bench(python: Path, url: str, model: str, length: int, concurrency: int
             "--random-range-ratio", "0", "--ignore-eos", "--num-prompts",
             str(prompts), "--num-warmups", "1", "--max-concurrency", str(concurrency),
             "--request-rate", "inf", "--seed", str(length), "--disable-tqdm",
+            # greedy, as servediff decodes: without it this vLLM samples at the server's
+            # default temperature ("no longer sets temperature==0"), a slower decode step
+            "--temperature", "0",
             "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--save-result", "--result-dir", str(out), "--result-filename", name]
     done = subprocess.run(argv, capture_output=True, text=True, check=False,

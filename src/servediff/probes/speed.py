@@ -223,9 +223,10 @@ def _steady(ctx: ProbeContext, spec: SpeedSettings, base: dict[str, Any],
     ttft = statistics.median(s.ttft_s for s in done if s.ttft_s is not None)
     total = statistics.median(s.total_s for s in done)
     itl = [gap for s in done for gap in s.itl_s]
-    # per request, as `vllm bench serve` has it: 1 / TPOT, (tokens - 1) / (latency - TTFT)
-    decode = [(s.completion_tokens - 1) / (s.total_s - s.ttft_s) for s in done
-              if s.ttft_s is not None and s.completion_tokens > 1 and s.total_s > s.ttft_s]
+    # per request, as `vllm bench serve` has it: 1 / TPOT, (tokens - 1) / (time of the
+    # last token - TTFT)
+    decode = [(s.completion_tokens - 1) / (s.chunk_s[-1] - s.chunk_s[0]) for s in done
+              if s.completion_tokens > 1 and s.chunk_s[-1] > s.chunk_s[0]]
     return SpeedSample(
         **common, achieved_prompt_tokens=done[0].prompt_tokens, ttft_s=round(ttft, 6),
         total_s=round(total, 6),
