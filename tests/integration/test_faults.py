@@ -23,7 +23,13 @@ from pathlib import Path
 import pytest
 
 from servediff.engines.process import group_members
-from tests.integration.engines import DRIFT_ONLY, TAGS, assert_all_stopped, servediff
+from tests.integration.engines import (
+    DRIFT_ONLY,
+    TAGS,
+    assert_all_stopped,
+    probes_off,
+    servediff,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +117,12 @@ request_timeout_s = 20
 [launch]
 stall_window_s = 5
 stop_grace_s = 5
-""" + DRIFT_ONLY
+[probes.generate]
+texts = 2
+prompt_tokens = 64
+max_tokens = 128
+repeats = 1
+""" + probes_off("concurrency", "speed", "sweep", "prefix")
 
 
 def test_a_frozen_engine_is_recorded_as_hung_killed_and_started_again(tmp_path: Path):
@@ -145,7 +156,8 @@ def test_a_frozen_engine_is_recorded_as_hung_killed_and_started_again(tmp_path: 
     assert "hung" in (frozen["error"] or ""), frozen["error"]
     assert frozen["stop"]["needed_kill"] is True and frozen["stop"]["group_gone"] is True
     assert again["error"] is None and again["stop"]["died_before_stop"] is False
+    # every cell of the load, each once: those the frozen launch left were measured again
     names = sorted(p.stem for p in (run / "cells").glob("*.json"))
-    assert names == ["frozen-load1-repeat-r1", "frozen-load1-score"]
+    assert names == ["frozen-load1-generate", "frozen-load1-repeat-r1", "frozen-load1-score"]
     assert servediff("verify", "run", cwd=tmp_path).returncode == 0
     assert_all_stopped(run)

@@ -20,10 +20,12 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def installed(python: Path) -> dict[str, str]:
-    done = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"],
+def installed(python: Path, under: str | None = None) -> dict[str, str]:
+    """The packages this python sees (those installed under `under` only, where given)."""
+    done = subprocess.run([str(python), "-m", "pip", "list", "-v", "--format", "json"],
                           capture_output=True, text=True, check=True, timeout=600)
-    return {canonical(d["name"]): d["version"] for d in json.loads(done.stdout)}
+    return {canonical(d["name"]): d["version"] for d in json.loads(done.stdout)
+            if under is None or d.get("location") == under}
 
 
 def would_install(python: Path, report: Path) -> dict[str, str]:
@@ -65,7 +67,8 @@ def test_a_real_install_beside_another_torch_keeps_it(sglang_python: Path, tmp_p
                           "print(sysconfig.get_paths()['purelib'])"], capture_output=True,
                          text=True, check=True).stdout.strip()
     (Path(own) / "engine-env.pth").write_text(site + "\n")
-    before = installed(python)
+    # what the engine's environment holds (the new venv's own pip and setuptools aside)
+    before = installed(python, under=site)
     assert before["torch"] == "2.14.1", before.get("torch")
     done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", f"{ROOT}[hf]"],
                           capture_output=True, text=True, check=False, timeout=1800)
@@ -77,4 +80,5 @@ def test_a_real_install_beside_another_torch_keeps_it(sglang_python: Path, tmp_p
     assert changed == {}, changed
     torch = subprocess.run([str(python), "-c", "import torch; print(torch.__version__, "
                             "torch.__file__)"], capture_output=True, text=True, check=True)
-    assert torch.stdout.startswith("2.14.1 " + site), torch.stdout
+    version, where = torch.stdout.split()
+    assert version.startswith("2.14.1") and where.startswith(site), torch.stdout

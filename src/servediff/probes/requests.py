@@ -14,7 +14,7 @@ import time
 
 from servediff.engines.base import EngineAdapter, EngineOptions
 from servediff.engines.transport import EngineClient
-from servediff.errors import EngineError
+from servediff.errors import EngineError, EngineRequestError
 from servediff.evidence import Response
 
 
@@ -27,6 +27,14 @@ def prompt_sha256(ids: list[int]) -> str:
     return hashlib.sha256(json.dumps(ids).encode()).hexdigest()
 
 
+def frozen(exc: EngineError) -> None:
+    """A request the engine neither answered nor worked on for a whole stall window ends
+    the launch (it is stopped and the load started again for the cells it left), instead of
+    leaving one error row after another, each a timeout long."""
+    if isinstance(exc, EngineRequestError) and exc.stalled:
+        raise EngineError(f"engine hung: {exc}") from None
+
+
 def generation(adapter: EngineAdapter, client: EngineClient, ids: list[int], max_tokens: int,
                options: EngineOptions, index: int) -> Response:
     """A greedy generation after `ids`: the generated ids and their logprobs."""
@@ -34,6 +42,7 @@ def generation(adapter: EngineAdapter, client: EngineClient, ids: list[int], max
     try:
         out = adapter.generate(client, ids, max_tokens, options)
     except EngineError as exc:
+        frozen(exc)
         return Response(index=index, status="error", error=str(exc),
                         seconds=round(time.monotonic() - t0, 6))
     return Response(
@@ -51,6 +60,7 @@ def scoring(adapter: EngineAdapter, client: EngineClient, ids: list[int],
     try:
         (out,) = adapter.score(client, [ids], options)
     except EngineError as exc:
+        frozen(exc)
         return Response(index=index, status="error", error=str(exc),
                         seconds=round(time.monotonic() - t0, 6))
     seconds = round(time.monotonic() - t0, 6)

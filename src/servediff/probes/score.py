@@ -20,7 +20,7 @@ from pydantic import Field
 
 from servediff import atomic
 from servediff.engines.base import Scored
-from servediff.errors import EngineError
+from servediff.errors import EngineError, EngineRequestError
 from servediff.evidence import Record
 from servediff.plan import Plan, ProbeSettings, check_loads
 from servediff.probes.base import Measured, Probe, Work
@@ -118,12 +118,15 @@ class ScoreProbe(Probe[RepeatSettings]):
         for batch_no, batch_tags in enumerate(_chunks(order, size)):
             batch = [ids[tag] for tag in batch_tags]
             r0 = time.monotonic()
+            hung = False
             try:
                 results: list[Scored] = ctx.adapter.score(ctx.engine, batch,
                                                               ctx.options)
                 error = None
             except EngineError as exc:
                 results, error = [], str(exc)
+                # no answer and no work for a whole stall window: frozen, not slow
+                hung = isinstance(exc, EngineRequestError) and exc.stalled
             seconds = time.monotonic() - r0
             engine_seconds += seconds
             for i, tag in enumerate(batch_tags):
@@ -132,15 +135,17 @@ class ScoreProbe(Probe[RepeatSettings]):
                                           error))
             obs.cell_advanced(len(out.records))
             if error is not None and ctx.proc is not None and \
-                    ctx.proc.exited_within(1.0):
-                # The rows measured before the death are evidence too: kept apart, so
-                # the cell itself stays to be measured again on resume.
+                    (hung or ctx.proc.exited_within(1.0)):
+                # The rows measured before the death (or the hang: the launch is stopped
+                # and started again) are evidence too: kept apart, so the cell itself
+                # stays to be measured again.
                 out.wall_seconds = round(time.time() - out.started_at, 6)
                 out.engine_seconds = round(engine_seconds, 6)
                 layout = ctx.layout
                 path = layout.partial(cell.name, out.launch)
                 atomic.write_json(path, out.model_dump(mode="json"))
                 raise EngineError(
-                    f"engine process died during {cell.name} ({len(out.records)} of "
-                    f"{len(order)} rows kept in {path.relative_to(layout.root)}): {error}")
+                    f"engine process {'hung' if hung else 'died'} during {cell.name} "
+                    f"({len(out.records)} of {len(order)} rows kept in "
+                    f"{path.relative_to(layout.root)}): {error}")
         ctx.finish(out, engine_seconds)
