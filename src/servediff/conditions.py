@@ -145,4 +145,4 @@ def read_conditions(engine_pgid: int | None = None, node: str | None = None,
         python=platform.python_version(), packages=_packages(), gpus=_gpus(engine, exclude),
         engine_pids=sorted(engine),
         foreign_cpu_cores=round(sum(p.cpu_cores for p in others), 3), foreign=others[:TOP],
-        node=node, gpus_given=gpus_given)
+        node=node, gpus_given=gpus_given, system=platform.system())

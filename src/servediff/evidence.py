@@ -78,6 +78,8 @@ class Conditions(Raw):
     # was given (CUDA_VISIBLE_DEVICES; None: not set, it saw every GPU in `gpus`).
     node: str | None = None
     gpus_given: str | None = None
+    # the operating system (platform.system(); None in bundles written before it was read)
+    system: str | None = None
 
 
 class Record(Raw):

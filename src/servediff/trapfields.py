@@ -18,7 +18,6 @@ UNKNOWN).
 
 from __future__ import annotations
 
-import platform
 import re
 from typing import Literal
 
@@ -123,7 +122,8 @@ def applicability(evidence: Evidence, summary: Summary) -> Applicability:
         context_regime=_sorted(contexts),
         concurrency_regime=[f"concurrency={n}" for n in sorted(levels)],
         failure_stage=_sorted(stages),
-        operating_system=[platform.system().lower()] if sources or launches else [],
+        operating_system=_sorted({c.conditions.system for c in evidence.cells
+                                  if c.conditions.system}),
     )
 
 

@@ -101,7 +101,7 @@ def test_evidence_packet_validates_and_its_hashes_match(run: Path):
     # quantization read from the file's name
     where = packet["applicability"]
     assert where["serving_stack"] == ["llama.cpp"] and where["node_count"] == ["1"]
-    assert "q4_1" in where["quantization"]
+    assert "q4_1" in where["quantization"] and where["operating_system"] == ["linux"]
     assert where["context_regime"] and where["concurrency_regime"]
     assert packet["pin_chain"] == []  # one engine build
     registry = json.loads((run.parent / f"{run.name}.registry-packet.json").read_text())
