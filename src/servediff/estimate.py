@@ -19,7 +19,6 @@ from pathlib import Path
 
 from servediff import gpu, models
 from servediff.engines import registry
-from servediff.models import BUILTIN_MODELS
 from servediff.plan import Plan
 from servediff.probes import Size
 
@@ -75,7 +74,7 @@ def _safetensors_parameters(path: Path) -> int:
 def model_parameters(model: str, base_dir: Path) -> tuple[int, str] | None:
     """The model's parameter count and how it was found; None where it cannot be known
     before the model loads."""
-    if model in BUILTIN_MODELS:
+    if model in models.BUILTIN_MODELS:
         return SMOLLM2_PARAMETERS, "the built-in SmolLM2-135M"
     path = models.local_path(model, base_dir)
     files = [path] if path.is_file() else sorted(path.glob("*")) if path.is_dir() else []

@@ -81,7 +81,7 @@ def applicability(evidence: Evidence, summary: Summary) -> Applicability:
     gpus = {g for g in summary.setup.gpus}
     architectures = {arch for name in gpus for key, arch in ARCHITECTURES
                      if key in name.lower()}
-    args = [a for rec in evidence.loads for x in rec.launches for a in x.command]
+    args = [a for x in launches for a in x.command]
     parallel = {f"{PARALLEL[a]}={args[i + 1]}" for i, a in enumerate(args[:-1])
                 if a in PARALLEL and args[i + 1] != "1"}
     machines = {x.machine for x in launches if x.machine}
