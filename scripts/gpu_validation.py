@@ -6,6 +6,7 @@
     python3 scripts/gpu_validation.py quiet --out DIR [--budget S]
     python3 scripts/gpu_validation.py ray --out DIR [--budget S] [--gpus-per-load G]  # Ray
     python3 scripts/gpu_validation.py ray-cost --out DIR [--gpus-per-load G]  # cost loads
+    python3 scripts/gpu_validation.py ship --out DIR [--budget S] [--dry-run]  # factors
 
 Run from the repository root on the GPU machine, with servediff importable
 (PYTHONPATH=src and its dependencies; docs/validation/README.md says how they
@@ -186,6 +187,40 @@ def compile_plans(device: str) -> list[tuple[str, str]]:
     return [("h200-compile-caches", caches), ("h200-compile-1.7b-start", start)]
 
 
+# 8 texts of the 128-token compile bucket and 8 of the 256-token one (129 to 256 ids with
+# the BOS token): whether the texts that move share a bucket can then be read off.
+BUCKET_256 = ["code-python-retry", "code-sql-report", "dialogue-support-long", "json-config",
+              "list-recipe", "prose-essay-long", "prose-letter", "de-prose-bahnhof"]
+
+
+def ship_plans(device: str, dry_run: bool) -> list[tuple[str, str]]:
+    """What to ship on a stack that autotunes: two factors on the eager bf16 baseline,
+    `autotune` (torch.compile max-autotune) and `warm` (the arm's JIT caches shared by its
+    loads), 3 cold loads per arm of 16 texts in two compile buckets, and one cost load per
+    arm (speed at 512 and 2,048 prompt tokens, and start-up). `dry_run`: the same plan with
+    2 texts and 2 loads per arm, for a CPU."""
+    little = make_model("135m-4l", device=device)
+    tags = BUCKET_128[:8] + BUCKET_256
+    if dry_run:
+        tags = [BUCKET_128[0], BUCKET_256[0]]
+    plan = (
+        f'name = "h200-ship-autotune"\nengine = "transformers"\nmodel = "{little}"\n'
+        f"loads_per_arm = {2 if dry_run else 3}\ncost_loads_per_arm = 1\n"
+        f'[engine_options]\ndevice = "{device}"\ndtype = "bfloat16"\n'
+        "[launch]\nstart_timeout_s = 600\n"
+        '[factors.autotune]\noptions = { compile = "max-autotune-no-cudagraphs" }\n'
+        '[factors.warm]\ncache_policy = "shared"\n'
+        # no concurrency probe here: the embedded engine's batching is not the question
+        '[ship]\nrequire = ["across loads", "within a load"]\n'
+        f"[corpus]\ntags = {toml_list(tags)}\n"
+        "[probes.repeat]\ncount = 1\n"
+        "[probes.speed]\nprompt_tokens = [512, 2048]\nmax_tokens = 32\nreplicates = 3\n"
+        + "".join(f"[probes.{p}]\nenabled = false\n"
+                  for p in ("concurrency", "generate", "sweep", "prefix"))
+        + '[quiet]\naction = "mark"\nwait_s = 30\nwindow_s = 3\n')
+    return [("h200-ship-autotune", plan)]
+
+
 # Another user's work on the GPU: a matmul loop in its own process, until killed.
 HOG = """
 import sys, time, torch
@@ -322,13 +357,15 @@ def two_comparisons(device: str, gpus: float, probes: str, cost_loads: int = 2) 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("part", choices=["transformers", "llama", "compile", "quiet", "ray",
-                                         "ray-cost"])
+                                         "ray-cost", "ship"])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=540.0)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--gpus-per-load", type=float, default=1.0,
                         help="ray: GPUs per load (0.5: two comparisons share one GPU)")
     parser.add_argument("--small", action="store_true", help="the 135M shape only (dry runs)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="ship: 2 texts and 2 loads per arm (a CPU run of the same plan)")
     parser.add_argument("--plans", nargs="*", help="only these plans, each with its budget "
                         "in seconds: NAME=S")
     args = parser.parse_args()
@@ -340,6 +377,7 @@ def main() -> None:
              else quiet_plans(args.device) if args.part == "quiet"
              else ray_plans(args.device, args.gpus_per_load) if args.part == "ray"
              else ray_cost_plans(args.device, args.gpus_per_load) if args.part == "ray-cost"
+             else ship_plans(args.device, args.dry_run) if args.part == "ship"
              else llama_plans(deadline))
     print(f"models ready after {time.monotonic() - t0:.0f} s", flush=True)
     budgets = dict(p.split("=") for p in args.plans or [])

@@ -6,11 +6,18 @@ either the old file or the new one, never half of one.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from servediff.errors import DiskFullError
+
+# No room on the device, or over the user's quota: either way nothing can be written
+# until space is freed.
+FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _umask() -> int:
@@ -20,6 +27,19 @@ def _umask() -> int:
 
 
 def write_bytes(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all; a full disk is a DiskFullError that names it."""
+    try:
+        _write(path, data)
+    except OSError as exc:
+        if exc.errno not in FULL:
+            raise
+        raise DiskFullError(
+            f"no space left to write {path} ({os.strerror(exc.errno)}): servediff stopped "
+            "here and every file it finished is kept; free space on that device and run "
+            "the same command again to resume") from exc
+
+
+def _write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -11,6 +11,7 @@
     │   └── PlanMismatchError      a run directory locked under another plan
     ├── IntegrityError             exit 1: `verify` found files that changed
     ├── BusyMachineError           exit 3: the machine was not quiet for a cost load
+    ├── DiskFullError              exit 4: a write found no space left (or over quota)
     └── EngineError                an engine failed; the runner records these
         ├── EngineStartError       never became ready
         └── EngineRequestError     a request failed or its response was unusable
@@ -68,6 +69,14 @@ class BusyMachineError(ServediffError):
     def __init__(self, message: str, gate: object = None) -> None:
         super().__init__(message)
         self.gate = gate  # the evidence.Gate that refused (recorded in the load record)
+
+
+class DiskFullError(ServediffError):
+    """No space left for a file servediff writes: the run stops there (the engine is
+    stopped first), nothing half-written stays, and the same command resumes once
+    space is freed."""
+
+    exit_code = 4
 
 
 class EngineError(ServediffError):

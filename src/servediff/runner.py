@@ -29,7 +29,13 @@ from servediff.corpus import Corpus
 from servediff.engines import registry
 from servediff.engines.base import EngineAdapter
 from servediff.engines.process import EngineProcess, Launcher, stop_stale
-from servediff.errors import BundleError, EngineError, IntegrityError, OutputDirError
+from servediff.errors import (
+    BundleError,
+    DiskFullError,
+    EngineError,
+    IntegrityError,
+    OutputDirError,
+)
 from servediff.evidence import SCHEMA_VERSION, Cell, LoadRecord, ModelSource, Phase
 from servediff.hub import HubId
 from servediff.launch import EngineLaunch
@@ -247,6 +253,9 @@ def measure_load(context: RunContext, arm: str, load: int, phase: Phase,
         engine.failed(exc)
     except KeyboardInterrupt:
         engine.launch.error = "interrupted: servediff was stopped (SIGINT or SIGTERM)"
+        raise
+    except DiskFullError as exc:  # the engine is stopped below; the record says why
+        engine.launch.error = f"servediff stopped: {exc}"
         raise
     finally:
         engine.close()
