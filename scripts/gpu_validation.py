@@ -189,8 +189,8 @@ def compile_plans(device: str) -> list[tuple[str, str]]:
 
 # 8 texts of the 128-token compile bucket and 8 of the 256-token one (129 to 256 ids with
 # the BOS token): whether the texts that move share a bucket can then be read off.
-BUCKET_256 = ["code-python-retry", "code-sql-report", "dialogue-support-long", "json-config",
-              "list-recipe", "prose-essay-long", "prose-letter", "de-prose-bahnhof"]
+BUCKET_256 = ["json-api-response", "dialogue-interview", "ru-prose-zima", "yaml-deploy",
+              "code-bash-backup", "log-short", "code-python-lru", "json-config"]
 
 
 def ship_plans(device: str, dry_run: bool) -> list[tuple[str, str]]:
