@@ -12,6 +12,7 @@ from servediff.analysis.numbers import differences
 from servediff.analysis.summary import summarize
 from servediff.bundle import Layout, read_evidence
 from servediff.cli.console import err, out
+from servediff.errors import IntegrityError
 from servediff.report.table import run_view
 
 
@@ -33,7 +34,12 @@ def rederive(run_dir: Path, as_json: bool) -> int:
     if not stored_path.exists():
         err.print("no summary.json in this run yet; nothing to check against")
         return 0
-    stored = json.loads(stored_path.read_text(encoding="utf-8"))
+    try:
+        stored = json.loads(stored_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise IntegrityError(
+            f"{stored_path}: not JSON ({exc}), so it is not the summary servediff wrote; "
+            "`servediff report` writes it again from the raw evidence") from None
     compared, diffs = differences(stored, derived)
     version = stored.get("schema_version") if isinstance(stored, dict) else None
     older = version != derived["schema_version"]
