@@ -394,3 +394,22 @@ def test_where_drift_starts_under_chunked_prefill_on_the_cpu(tmp_path: Path):
             for s in vllm.arm_shifts] == [("whole", "chunk512", 0, 15, True),
                                           ("whole", "chunk256", 0, 15, True),
                                           ("chunk512", "chunk256", 0, 15, True)]
+
+
+def test_what_to_ship_and_where_drift_starts_on_an_autotuning_h200(tmp_path: Path):
+    """h200-ship-autotune (issue 32): factor `autotune` (max-autotune) brings across-load
+    drift, `warm` (shared JIT caches) does not remove it; the baseline is shipped; the
+    compiled arms' moved texts start at position 0 between fresh compiles."""
+    run = _committed("h200-ship-autotune", tmp_path)
+    summary = rederives(run)
+    factors = summary.factors
+    assert factors is not None
+    drift = {a.arm: {d.regime: d.moved for d in a.drift} for a in factors.arms}
+    assert drift["baseline"]["across loads"] == drift["warm"]["across loads"] == 0
+    assert drift["autotune"]["across loads"] == drift["autotune+warm"]["across loads"] == 16
+    assert all(d["within a load"] == 0 for d in drift.values())
+    assert factors.ship.arm == "baseline" and factors.ship.meets
+    startup = [c for x in factors.ship.left_out if x.factor == "autotune" for c in x.costs]
+    assert [c.topic for c in startup] == ["startup"]
+    pairs = summary.arms["autotune"].across_load
+    assert all(p.first_moved is not None and p.first_moved.median == 0 for p in pairs)
