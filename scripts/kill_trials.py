@@ -268,6 +268,11 @@ def trial(number: int, seed: int, root: Path) -> Trial:
     work.mkdir(parents=True)
     (work / "plan.toml").write_text(PLAN)
     pending = [draw(rng) for _ in range(rng.randint(1, 3))]
+    for i in range(1, len(pending)):
+        # after a kill of servediff, now and then the next one during the resume: the
+        # moment only a servediff killed before gives (its start, on a later attempt)
+        if pending[i - 1].target == "servediff" and rng.random() < 0.5:
+            pending[i] = Fault("servediff", "start", rng.uniform(0.0, OFFSET_S["resume"]))
     began, finished = time.monotonic(), {}
     complete = False
     while not complete and result.attempts < len(pending) + len(result.faults) + 4:
