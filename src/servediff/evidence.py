@@ -351,9 +351,12 @@ class Launch(Raw):
     caches: list[CacheDir] = Field(default_factory=list)
     # The quiet-box check before the launch (None: not gated).
     gate: Gate | None = None
-    # The machine it ran on: host name and GPU models (None in older bundles).
+    # The machine it ran on: host name and GPU models (None in older bundles), and its
+    # room fingerprint and boot, hashed (room.py; None: older bundles, or not readable).
     machine: str | None = None
     gpu_models: list[str] = Field(default_factory=list)
+    room_id: str | None = None
+    boot_id: str | None = None
     # The Ray node id of a load run on a cluster (None: run where servediff ran), and the
     # GPUs the engine was given (CUDA_VISIBLE_DEVICES; None: not set, it saw every GPU).
     node: str | None = None

@@ -39,6 +39,15 @@ def names() -> list[str]:
                 for i in range(nvml.nvmlDeviceGetCount())]
 
 
+def uuids() -> list[str]:
+    """The UUIDs of the GPUs NVML sees here, sorted (empty without NVML or a GPU)."""
+    with _nvml() as nvml:
+        if nvml is None:
+            return []
+        return sorted(str(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i)))
+                      for i in range(nvml.nvmlDeviceGetCount()))
+
+
 def memory_by_pid(pids: set[int]) -> dict[int, int] | None:
     """MiB of device memory each of `pids` holds on any GPU; None without NVML."""
     with _nvml() as nvml:

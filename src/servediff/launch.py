@@ -12,14 +12,13 @@ through a `ProbeContext` (probes/context.py).
 from __future__ import annotations
 
 import os
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-from servediff import caches, secret_env
+from servediff import caches, room, secret_env
 from servediff.bundle import write_manifest
-from servediff.conditions import gpu_models, read_conditions
+from servediff.conditions import read_conditions
 from servediff.context import RunContext, ServedModel
 from servediff.engines.activity import EngineActivity
 from servediff.engines.base import EngineAdapter, EngineInfo, EngineOptions
@@ -95,12 +94,14 @@ class EngineLaunch:
         # Cost loads measure the engine as the arm configures it (no cache isolation).
         if phase == "cost":
             options = context.adapter.as_configured(options)
+        here = room.here()
         launch = Launch(attempt=attempt, options=options.model_dump(mode="json"), host=HOST,
                         started_at=time.time(), command=[], env_diff={}, port=0, pid=0,
                         external=plan.base_url is not None,
                         weights_sha256=model.weights_sha256, model_source=model.source,
                         gate=gate,
-                        machine=socket.gethostname(), gpu_models=gpu_models(),
+                        machine=here.host, gpu_models=list(here.gpu_models),
+                        room_id=here.fingerprint, boot_id=room.boot(),
                         node=context.node)
         record.launches.append(launch)
         return cls(context=context, arm=arm, load=load, phase=phase, model=model,

@@ -15,15 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from servediff import hub, models, secret_env
+from servediff import hub, models, room, secret_env
 from servediff.bundle import Layout, exclusive, read_record, write_lock, write_manifest
-from servediff.conditions import gpu_models
 from servediff.context import ClientFactory, Observer, RunContext, ServedModel, make_client
 from servediff.corpus import Corpus
 from servediff.engines import registry
@@ -188,17 +186,17 @@ class Runner:
         """Every comparison is measured in one room: a run started on another machine (or
         another GPU model) is not continued here unless the plan says cross_machine. (A
         Ray run's rooms are its comparisons' nodes, named in every launch.)"""
-        here = (socket.gethostname(), tuple(gpu_models()))
-        seen = {(x.machine, tuple(x.gpu_models))
-                for path in sorted((self.layout.root / "loads").glob("*.json"))
+        here = room.here()
+        seen = {room.of(x) for path in sorted((self.layout.root / "loads").glob("*.json"))
                 for x in read_record(path, LoadRecord).launches if x.machine is not None}
-        if seen and here not in seen and not self.context.plan.cross_machine:
-            there = ", ".join(f"{m} ({', '.join(g) or 'no GPU'})" for m, g in sorted(seen))
+        if seen and not any(here.same(x) for x in seen) and not self.context.plan.cross_machine:
+            there = ", ".join(sorted(x.label() for x in seen))
             raise BundleError(
                 f"{self.layout.root}: its loads were measured on {there}; this machine is "
-                f"{here[0]} ({', '.join(here[1]) or 'no GPU'}). A comparison is measured in "
-                "one room: resume it there, or set cross_machine = true in the plan (both "
-                "machines are then named in the report)")
+                f"{here.label()} (# is the fingerprint of its machine id and GPUs). A "
+                "comparison is measured in one room: resume it there, or set "
+                "cross_machine = true in the plan (both machines are then named in the "
+                "report)")
 
     def _run(self) -> None:
         context = self.context
