@@ -66,10 +66,12 @@ class Room:
             None in (self.fingerprint, other.fingerprint)
             or self.fingerprint == other.fingerprint)
 
-    def label(self) -> str:
+    def label(self, node: str | None = None) -> str:
+        """"host #fingerprint (GPU models)", with the Ray node where one ran it."""
         gpus = ", ".join(self.gpu_models) or "no GPU"
         print_id = f" #{self.fingerprint[:8]}" if self.fingerprint else ""
-        return f"{self.host}{print_id} ({gpus})"
+        ray = f" (Ray node {node[:8]})" if node else ""
+        return f"{self.host}{print_id}{ray} ({gpus})"
 
 
 def here() -> Room:

@@ -53,6 +53,31 @@ def test_a_cell_measured_beside_a_busy_process_makes_no_cost(tmp_path: Path):
         speed.per_length[0].busy["cells/b-cost1-speed.json"][0]
 
 
+def test_arms_measured_on_two_machines_of_one_host_name_make_no_cost(tmp_path: Path):
+    # a run resumed with cross_machine = true on a new lease of the same image: the host
+    # name is the same, the machine (its fingerprint) is not
+    cells = [cell("a", 1), cell("b", 1)]
+    cells += [speed_cell("a", n, FAST, [0.2, 0.21, 0.19]) for n in (1, 2)]
+    cells += [speed_cell("b", n, SLOW, [0.2, 0.21, 0.19]) for n in (1, 2)]
+    ready = {"a": 10.0, "b": 50.0}
+    one = make_bundle(tmp_path / "one", cells, loads=1, cost=True, ready_s=ready,
+                      rooms={"a": "0123456789abcdef", "b": "0123456789abcdef"})
+    two = make_bundle(tmp_path / "two", cells, loads=1, cost=True, ready_s=ready,
+                      rooms={"a": "0123456789abcdef", "b": "fedcba9876543210"})
+    for root, kinds in ((one, {"cost"}), (two, {"note"})):
+        (pair,) = summarize(read_evidence(root)).verdict.pairs
+        timed_claims = [c for c in pair.claims if c.topic in ("speed", "startup")]
+        assert {c.topic for c in timed_claims} == {"speed", "startup"}
+        decode = [c for c in timed_claims if c.topic == "startup"
+                  or c.comparison.metric == "decode_tok_s"]
+        assert {c.kind for c in decode} == kinds, root
+    speed, startup = sorted(decode, key=lambda c: c.topic)
+    assert speed.comparison.rooms == ["vm #01234567 (no GPU)", "vm #fedcba98 (no GPU)"]
+    assert "measured on 2 machines (vm #01234567 (no GPU); vm #fedcba98 (no GPU)): not a " \
+        "cost or a gain" in claim_text(speed)
+    assert "timed on 2 machines" in claim_text(startup)
+
+
 def timed(c: Cell, at: float) -> Cell:
     return c.model_copy(update={"started_at": at})
 

@@ -18,6 +18,7 @@ from typing import get_args
 import numpy as np
 from scipy import stats as sps
 
+from servediff import room
 from servediff.analysis.findings import (
     ArmCosts,
     Capacity,
@@ -139,13 +140,15 @@ def speed_arm(cells: Sequence[Cell], launches: Mapping[tuple[str, int, str, int]
                 if (s.concurrency, s.prompt_tokens) == (level, length) and not s.warmup
                 and s.status == "ok"]
         refs = sorted({Layout.cell_ref(c.name) for c, _ in rows})
+        rooms = sorted({room.of(x).label() for c, _ in rows if (x := (launches or {}).get(
+            (c.arm, c.load, c.phase, c.launch))) is not None and x.machine})
         stats = {m: _stats([v for _, s in rows if (v := getattr(s, m)) is not None])
                  for m in METRICS}
         per_length.append(SpeedAtLength(
             prompt_tokens=length, concurrency=level, replicates=len(rows),
             errors=sum(s.status == "error" for c in mine for s in c.speed
                        if (s.concurrency, s.prompt_tokens) == (level, length)),
-            cells=refs, busy={ref: busy[ref] for ref in refs if ref in busy},
+            cells=refs, busy={ref: busy[ref] for ref in refs if ref in busy}, rooms=rooms,
             decode_tok_s=stats["decode_tok_s"], prefill_tok_s=stats["prefill_tok_s"],
             ttft_s=stats["ttft_s"],
             mode="steady" if any(s.mode == "steady" for _, s in rows) else "burst",
@@ -188,7 +191,7 @@ def speed_compare(a: Speed | None, b: Speed | None) -> list[SpeedComparison]:
                 mean_b=eb.metric(metric).mean, difference=diff, difference_band95=interval,
                 relative=diff / mean_a if diff is not None and mean_a else None,
                 replicates=[len(xa), len(xb)], cells=[*ea.cells, *eb.cells],
-                busy=sorted({*ea.busy, *eb.busy})))
+                busy=sorted({*ea.busy, *eb.busy}), rooms=sorted({*ea.rooms, *eb.rooms})))
     return out
 
 
@@ -316,10 +319,12 @@ def prefix_arm(cells: Sequence[Cell]) -> Prefix | None:
 
 
 def startup_arm(evidence: Evidence, arm: str) -> Startup:
-    seconds = [launch.seconds_to_ready for rec in evidence.loads if rec.arm == arm
-               for launch in rec.launches if launch.seconds_to_ready is not None]
+    timed = [launch for rec in evidence.loads if rec.arm == arm
+             for launch in rec.launches if launch.seconds_to_ready is not None]
+    seconds = [x.seconds_to_ready for x in timed if x.seconds_to_ready is not None]
     return Startup(seconds_to_ready=seconds,
-                   mean=statistics.fmean(seconds) if seconds else None, band95=band(seconds))
+                   mean=statistics.fmean(seconds) if seconds else None, band95=band(seconds),
+                   rooms=sorted({room.of(x).label() for x in timed if x.machine}))
 
 
 def startup_compare(a: Startup, b: Startup) -> StartupComparison | None:
@@ -330,7 +335,8 @@ def startup_compare(a: Startup, b: Startup) -> StartupComparison | None:
     verdict = ("within noise" if interval[0] <= 0 <= interval[1]
                else "cost" if b.mean > a.mean else "gain")
     return StartupComparison(mean_a=a.mean, mean_b=b.mean, band95=interval,
-                             verdict=verdict, starts=[len(xa), len(xb)])  # type: ignore[arg-type]
+                             verdict=verdict, starts=[len(xa), len(xb)],  # type: ignore[arg-type]
+                             rooms=sorted({*a.rooms, *b.rooms}))
 
 
 def summarize_costs(evidence: Evidence, by_arm: Mapping[str, list[Cell]]

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
 from servediff.plan import ProbesSpec, Regime
 
-SUMMARY_SCHEMA_VERSION = 9
+SUMMARY_SCHEMA_VERSION = 10
 
 Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
 Band = list[float]
@@ -418,6 +418,8 @@ class SpeedAtLength(Finding):
     # the cells measured on a busy machine (a gate that marked, or other processes using
     # CPU or the GPU while the cell ran), with why
     busy: dict[str, list[str]] = Field(default_factory=dict)
+    # the machines (room.py) its replicates were measured on
+    rooms: list[str] = Field(default_factory=list)
     decode_tok_s: MetricStats
     prefill_tok_s: MetricStats
     ttft_s: MetricStats
@@ -534,6 +536,8 @@ class Startup(Finding):
     seconds_to_ready: list[float]
     mean: float | None
     band95: Band | None
+    # the machines (room.py) the starts were timed on
+    rooms: list[str] = Field(default_factory=list)
 
 
 class ArmCosts(Finding):
@@ -563,6 +567,8 @@ class SpeedComparison(Finding):
     cells: list[str]
     # cells behind it that were measured on a busy machine: then it is no cost claim
     busy: list[str] = Field(default_factory=list)
+    # the machines its cells were measured on: more than one, and it is no cost claim
+    rooms: list[str] = Field(default_factory=list)
     # the difference follows run order more than arm (first half vs second half of the
     # cost loads in the order they ran, against arm b vs arm a)
     order_difference: float | None = None
@@ -575,6 +581,8 @@ class StartupComparison(Finding):
     band95: Band
     verdict: Literal["cost", "gain", "within noise"]
     starts: list[int]
+    # the machines the starts were timed on: more than one, and it is no cost claim
+    rooms: list[str] = Field(default_factory=list)
 
 
 class CostComparison(Finding):

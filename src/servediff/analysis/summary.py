@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import JsonValue
 
-from servediff import probes
+from servediff import probes, room
 from servediff.analysis import cost, drift, factors, generation, stats, verdict
 from servediff.analysis.findings import ArmConditions, ArmCosts, ArmDrift, Summary, Untested
 from servediff.bundle import Evidence
@@ -61,9 +61,7 @@ def conditions(evidence: Evidence, by_arm: Mapping[str, list[Cell]]
         gates = [g for rec in evidence.loads if rec.arm == arm
                  for g in (rec.refused, *(x.gate for x in rec.launches)) if g is not None]
         out[arm] = ArmConditions(
-            machines=sorted({f"{x.machine}{f' (Ray node {x.node[:8]})' if x.node else ''} "
-                             f"({', '.join(x.gpu_models) or 'no GPU'})"
-                             for rec in evidence.loads if rec.arm == arm
+            machines=sorted({room.of(x).label(x.node) for rec in evidence.loads if rec.arm == arm
                              for x in rec.launches if x.machine}),
             foreign_cpu_cores_max=max(foreign) if foreign else None,
             loadavg_max=max((c.loadavg[0] for c in readings), default=None),

@@ -63,8 +63,8 @@ def speed_claims(comparison: CostComparison, costs: Mapping[str, ArmCosts]) -> l
     out: list[Claim] = []
     for row in comparison.speed:
         kind: ClaimKind = "note" if row.verdict == "not enough replicates" else row.verdict
-        if row.busy:
-            kind = "note"  # measured on a busy machine: never a plain cost or gain
+        if row.busy or len(row.rooms) > 1:
+            kind = "note"  # on a busy machine, or on two: never a plain cost or gain
         out.append(SpeedClaim(kind=kind, evidence=row.cells, baseline=a, arm=b, comparison=row))
     for arm in (a, b):
         speed = costs[arm].speed
@@ -162,7 +162,8 @@ def startup_claims(comparison: CostComparison) -> list[Claim]:
     c = comparison.startup
     if c is None:
         return []
-    return [StartupClaim(kind=c.verdict, baseline=comparison.baseline, arm=comparison.arm,
+    kind: ClaimKind = "note" if len(c.rooms) > 1 else c.verdict  # timed on two machines
+    return [StartupClaim(kind=kind, baseline=comparison.baseline, arm=comparison.arm,
                          comparison=c)]
 
 

@@ -308,7 +308,10 @@ def _speed_text(c: SpeedClaim) -> str:
     rel = "" if row.relative is None else f" ({row.relative:+.1%})"
     band = f"95 % band of the difference [{num3(lo)}, {num3(hi)}]"
     size = f"`{c.arm}` {num3(row.mean_b)} vs `{c.baseline}` {num3(row.mean_a)}{rel}"
-    if row.busy:
+    if len(row.rooms) > 1:
+        text = (f"{where}: {size}, measured on {len(row.rooms)} machines "
+                f"({'; '.join(row.rooms)}): not a cost or a gain; measure both arms on one")
+    elif row.busy:
         text = (f"{where}: {size}, measured on a busy machine ({len(row.busy)} of its cells, "
                 f"e.g. {row.busy[0]}): not a cost or a gain; measure again on a quiet one")
     elif row.verdict == "within noise":
@@ -356,6 +359,9 @@ def _prefix_text(c: PrefixClaim) -> str:
 def _startup_text(c: StartupClaim) -> str:
     s = c.comparison
     size = f"`{c.arm}` {s.mean_b:.1f} s vs `{c.baseline}` {s.mean_a:.1f} s"
+    if len(s.rooms) > 1:
+        return (f"start-up to ready: {size}, timed on {len(s.rooms)} machines "
+                f"({'; '.join(s.rooms)}): not a cost or a gain; time both arms on one")
     if s.verdict == "within noise":
         return (f"start-up to ready: {size}, within noise "
                 f"(band [{s.band95[0]:.1f}, {s.band95[1]:.1f}] s)")
@@ -439,7 +445,10 @@ SHOWN = ("cost", "gain", "within noise", "drift")
 
 def shown_kind(c: Claim) -> str | None:
     """The label a claim is listed under in the report's verdict, or None (not listed):
-    costs, gains, within noise, drift; and speed measured on a busy machine."""
+    costs, gains, within noise, drift; speed measured on a busy machine, and speed or
+    start-up measured on more than one machine."""
+    if isinstance(c, SpeedClaim | StartupClaim) and len(c.comparison.rooms) > 1:
+        return "two machines"
     if isinstance(c, SpeedClaim) and c.comparison.busy:
         return "busy machine"
     return c.kind if c.kind in SHOWN else None
