@@ -200,7 +200,8 @@ def ship_plans(device: str, dry_run: bool) -> list[tuple[str, str]]:
     arm (speed at 512 and 2,048 prompt tokens, and start-up). Then the noise between
     loads of that speed, on one machine in one go: factor `warm` alone (the same eager
     code as the baseline), one drift load of 2 texts and 3 cost loads per arm (A B B A A
-    B). `dry_run`: 2 texts and 2 loads per arm, for a CPU."""
+    B); and factor `autotune` alone the same way with 2 cost loads per arm (A B B A).
+    `dry_run`: 2 texts and 2 loads per arm, for a CPU."""
     little = make_model("135m-4l", device=device)
     tags = BUCKET_128[:8] + BUCKET_256
     if dry_run:
@@ -222,10 +223,13 @@ def ship_plans(device: str, dry_run: bool) -> list[tuple[str, str]]:
     drift = (f'name = "h200-ship-autotune"\nloads_per_arm = {2 if dry_run else 3}\n'
              f"cost_loads_per_arm = 1\n{engine}{autotune}{warm}[corpus]\n"
              f"tags = {toml_list(tags)}\n{probes}")
+    two = f"[corpus]\ntags = {toml_list([BUCKET_128[0], BUCKET_256[0]])}\n{probes}"
     noise = ('name = "h200-ship-speed-noise"\nloads_per_arm = 1\ncost_loads_per_arm = 3\n'
-             f"{engine}{warm}[corpus]\ntags = {toml_list([BUCKET_128[0], BUCKET_256[0]])}\n"
-             f"{probes}")
-    return [("h200-ship-autotune", drift), ("h200-ship-speed-noise", noise)]
+             f"{engine}{warm}{two}")
+    speed = ('name = "h200-ship-autotune-speed"\nloads_per_arm = 1\ncost_loads_per_arm = 2\n'
+             f"{engine}{autotune}{warm.split(chr(10), 2)[2]}{two}")
+    return [("h200-ship-autotune", drift), ("h200-ship-speed-noise", noise),
+            ("h200-ship-autotune-speed", speed)]
 
 
 # Another user's work on the GPU: a matmul loop in its own process, until killed.

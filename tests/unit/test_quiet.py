@@ -78,6 +78,32 @@ def test_arms_measured_on_two_machines_of_one_host_name_make_no_cost(tmp_path: P
     assert "timed on 2 machines" in claim_text(startup)
 
 
+def test_a_difference_within_the_noise_between_loads_is_no_cost(tmp_path: Path):
+    # On the H200 (h200-ship-speed-noise) two arms that ran the same eager code differed
+    # by 20 % in decode speed: replicates agree within a load, loads do not. The band over
+    # the replicates excludes 0; the loads of the two arms overlap, so it is no cost.
+    def arm(name: str, first: float, second: float) -> list[Cell]:
+        return [timed(speed_cell(name, n, [x, x + 0.5, x - 0.5], [0.2, 0.21, 0.19]), at)
+                for n, x, at in ((1, first, 1.0 if name == "a" else 2.0),
+                                 (2, second, 4.0 if name == "a" else 3.0))]
+    base = [cell("a", 1), cell("b", 1), *arm("a", 100.0, 96.0)]
+    overlapping = base + arm("b", 97.0, 93.0)  # b's first load lies within a's two
+    apart = base + arm("b", 90.0, 86.0)
+    for root, kind in ((make_bundle(tmp_path / "overlap", overlapping, loads=1, cost=True),
+                        "within noise"),
+                       (make_bundle(tmp_path / "apart", apart, loads=1, cost=True), "cost")):
+        (decode,) = [c for c in speed_claims(root) if c.comparison.metric == "decode_tok_s"]
+        band = decode.comparison.difference_band95
+        assert band is not None and band[1] < 0  # the replicates alone would say cost
+        assert decode.kind == kind, root
+    assert decode.comparison.load_means == [[100.0, 96.0], [90.0, 86.0]]
+    (decode,) = [c for c in speed_claims(tmp_path / "overlap")
+                 if c.comparison.metric == "decode_tok_s"]
+    assert decode.comparison.loads_overlap
+    assert "within the noise between loads: the cost loads overlap (means per load `a` " \
+        "100, 96; `b` 97, 93)" in claim_text(decode)
+
+
 def timed(c: Cell, at: float) -> Cell:
     return c.model_copy(update={"started_at": at})
 

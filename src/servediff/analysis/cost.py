@@ -87,9 +87,20 @@ def monotone(values: Sequence[float]) -> bool:
     return all(s > 0 for s in steps) or all(s < 0 for s in steps)
 
 
-def _stats(values: list[float]) -> MetricStats:
+def load_means(stats: MetricStats) -> list[float]:
+    """The mean of each load's values, in run order."""
+    return [stable(statistics.fmean(v for v, g in zip(stats.values, stats.groups, strict=True)
+                                    if g == key)) for key in sorted(set(stats.groups))]
+
+
+def overlap(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether two arms' load means overlap: some load of each lies within the other's."""
+    return not (max(a) < min(b) or max(b) < min(a))
+
+
+def _stats(values: list[float], groups: list[int]) -> MetricStats:
     return MetricStats(values=values, mean=statistics.fmean(values) if values else None,
-                       band95=band(values), monotone_drift=monotone(values))
+                       band95=band(values), monotone_drift=monotone(values), groups=groups)
 
 
 def busy_reasons(cell: Cell, launch: Launch | None, spec: QuietSpec) -> list[str]:
@@ -118,10 +129,10 @@ def launches_by_cell(evidence: Evidence) -> dict[tuple[str, int, str, int], Laun
             for rec in evidence.loads for x in rec.launches}
 
 
-def _some(values: Sequence[float | None]) -> MetricStats | None:
+def _some(values: Sequence[float | None], groups: Sequence[int]) -> MetricStats | None:
     """The stats of a metric that only some samples carry; None where none does."""
-    found = [v for v in values if v is not None]
-    return _stats(found) if found else None
+    found = [(v, g) for v, g in zip(values, groups, strict=True) if v is not None]
+    return _stats([v for v, _ in found], [g for _, g in found]) if found else None
 
 
 def speed_arm(cells: Sequence[Cell], launches: Mapping[tuple[str, int, str, int], Launch]
@@ -142,7 +153,9 @@ def speed_arm(cells: Sequence[Cell], launches: Mapping[tuple[str, int, str, int]
         refs = sorted({Layout.cell_ref(c.name) for c, _ in rows})
         rooms = sorted({room.of(x).label() for c, _ in rows if (x := (launches or {}).get(
             (c.arm, c.load, c.phase, c.launch))) is not None and x.machine})
-        stats = {m: _stats([v for _, s in rows if (v := getattr(s, m)) is not None])
+        group = {id(c): n for n, c in enumerate(mine)}  # cells in run order: one per launch
+        groups = [group[id(c)] for c, _ in rows]
+        stats = {m: _some([getattr(s, m) for _, s in rows], groups) or _stats([], [])
                  for m in METRICS}
         per_length.append(SpeedAtLength(
             prompt_tokens=length, concurrency=level, replicates=len(rows),
@@ -152,8 +165,8 @@ def speed_arm(cells: Sequence[Cell], launches: Mapping[tuple[str, int, str, int]
             decode_tok_s=stats["decode_tok_s"], prefill_tok_s=stats["prefill_tok_s"],
             ttft_s=stats["ttft_s"],
             mode="steady" if any(s.mode == "steady" for _, s in rows) else "burst",
-            itl_s=_some([s.itl_s for _, s in rows]),
-            throughput_tok_s=_some([s.throughput_tok_s for _, s in rows])))
+            itl_s=_some([s.itl_s for _, s in rows], groups),
+            throughput_tok_s=_some([s.throughput_tok_s for _, s in rows], groups)))
     skipped = {(x.length, x.reason): x for c in mine for x in c.skipped}
     return Speed(per_length=per_length,
                  monotone_drift=[Trend(prompt_tokens=e.prompt_tokens, metric=m,
@@ -174,13 +187,16 @@ def speed_compare(a: Speed | None, b: Speed | None) -> list[SpeedComparison]:
         if ea is None:
             continue
         for metric in METRICS:
-            xa, xb = ea.metric(metric).values, eb.metric(metric).values
+            ma, mb = ea.metric(metric), eb.metric(metric)
+            xa, xb = ma.values, mb.values
             interval = diff_band(xa, xb)
+            means = [load_means(ma), load_means(mb)]
+            overlaps = all(len(m) >= 2 for m in means) and overlap(*means)
             diff: float | None = None
             verdict: SpeedVerdict = "not enough replicates"
             if interval is not None:
                 diff = statistics.fmean(xb) - statistics.fmean(xa)
-                if interval[0] <= 0 <= interval[1]:
+                if interval[0] <= 0 <= interval[1] or overlaps:
                     verdict = "within noise"
                 else:
                     verdict = "gain" if (diff > 0) == HIGHER_IS_BETTER[metric] else "cost"
@@ -191,6 +207,7 @@ def speed_compare(a: Speed | None, b: Speed | None) -> list[SpeedComparison]:
                 mean_b=eb.metric(metric).mean, difference=diff, difference_band95=interval,
                 relative=diff / mean_a if diff is not None and mean_a else None,
                 replicates=[len(xa), len(xb)], cells=[*ea.cells, *eb.cells],
+                load_means=means, loads_overlap=overlaps,
                 busy=sorted({*ea.busy, *eb.busy}), rooms=sorted({*ea.rooms, *eb.rooms})))
     return out
 

@@ -406,6 +406,8 @@ class MetricStats(Finding):
     mean: float | None
     band95: Band | None
     monotone_drift: bool
+    # the load (a cost load's launch, numbered in run order from 0) each value is from
+    groups: list[int] = Field(default_factory=list)
 
 
 class SpeedAtLength(Finding):
@@ -562,6 +564,12 @@ class SpeedComparison(Finding):
     mean_b: float | None
     difference: float | None
     difference_band95: Band | None
+    # the mean of each cost load (a, b), and whether they overlap: replicates of one load
+    # share its process, kernels, clocks and placement, so a band over them leaves out
+    # the noise between loads; with two cost loads an arm or more, a difference whose
+    # loads overlap is within that noise, whatever the band says
+    load_means: list[list[float]] = Field(default_factory=list)
+    loads_overlap: bool = False
     relative: float | None
     replicates: list[int]
     cells: list[str]

@@ -256,7 +256,9 @@ def _speed_bars(ax: Axes, series: list[tuple[str, list[SpeedAtLength]]], metric:
         band = summary.band95
         names.append(name)
         means.append(summary.mean)
-        errors.append((summary.mean - band[0], band[1] - summary.mean) if band else (0, 0))
+        # (a band is rounded to stable digits, so its end may pass the mean by a hair)
+        errors.append((max(0.0, summary.mean - band[0]), max(0.0, band[1] - summary.mean))
+                      if band else (0.0, 0.0))
     arms = list(dict.fromkeys(n.split(",")[0] for n in names))
     colors = [f"C{arms.index(n.split(',')[0])}" for n in names]
     bars = ax.bar(range(len(names)), means, color=colors,

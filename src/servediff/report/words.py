@@ -314,6 +314,11 @@ def _speed_text(c: SpeedClaim) -> str:
     elif row.busy:
         text = (f"{where}: {size}, measured on a busy machine ({len(row.busy)} of its cells, "
                 f"e.g. {row.busy[0]}): not a cost or a gain; measure again on a quiet one")
+    elif row.verdict == "within noise" and row.loads_overlap and not lo <= 0 <= hi:
+        text = (f"{where}: {size}, within the noise between loads: the cost loads overlap "
+                f"(means per load `{c.baseline}` {', '.join(map(num3, row.load_means[0]))}; "
+                f"`{c.arm}` {', '.join(map(num3, row.load_means[1]))}), though the "
+                f"replicates alone would not ({band})")
     elif row.verdict == "within noise":
         text = f"{where}: {size}, within noise ({band})"
     else:
