@@ -17,7 +17,14 @@ from servediff.context import Observer
 from servediff.evidence import Cell, LoadRecord, Phase, load_name
 from servediff.plan import Plan
 from servediff.probes import cells_of_load
-from servediff.schedule import CellSpec
+from servediff.schedule import CellSpec, schedule
+
+
+def unmeasured(plan: Plan, layout: Layout, refused: set[str]) -> list[str]:
+    """The planned cells that are not on disk, but for arms whose engine refused to start
+    (a finding of its own, which running again would not change)."""
+    return [c.name for arm, load, phase in schedule(plan) if arm not in refused
+            for c in cells_of_load(plan, arm, load, phase) if not layout.cell(c.name).exists()]
 
 
 @dataclass

@@ -155,6 +155,41 @@ def test_max_attempts_ends_a_load_that_never_starts_and_the_run_goes_on(tmp_path
     assert [g.kind for g in summary.gaps if g.arm == "a"] == ["loads missing"]
 
 
+def test_a_run_that_gave_a_load_up_exits_5_and_the_same_command_completes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    from servediff.cli import main
+    from servediff.cli import run as cli_run
+
+    (tmp_path / "plan.toml").write_text(f"""
+engine = "transformers"
+model = "{model_folder(tmp_path)}"
+loads_per_arm = 1
+[arms.a]
+[arms.b]
+[corpus]
+max_texts = 3
+[probes.repeat]
+count = 1
+""" + "".join(f"[probes.{p}]\nenabled = false\n"
+              for p in ("concurrency", "generate", "speed", "sweep", "prefix")))
+    # a's engine answers its health check, then dies on every request: no cell, twice
+    launcher = FakeLauncher([FakeEngine(starts=False), FakeEngine(starts=False)])
+    monkeypatch.setattr(cli_run, "Runner", lambda *a, **k: Runner(
+        *a, launcher=launcher, clients=launcher.client, **k))
+    with pytest.raises(SystemExit) as done:
+        main(["run", str(tmp_path / "plan.toml"), "--out", str(tmp_path / "run")])
+    assert done.value.code == 5
+    err = capsys.readouterr().err
+    assert "incomplete: 2 planned cell(s) not measured (a-load1-score, a-load1-repeat-r1)" \
+        in " ".join(err.split())
+    assert cells(tmp_path / "run") == ["b-load1-repeat-r1", "b-load1-score"]
+    launcher = FakeLauncher()  # the engine serves now: the same command measures the rest
+    with pytest.raises(SystemExit) as done:
+        main(["run", str(tmp_path / "plan.toml"), "--out", str(tmp_path / "run")])
+    assert done.value.code in (0, None)
+    assert len(cells(tmp_path / "run")) == 4
+
+
 @pytest.mark.parametrize("prefix, head", [("none", []), (7, [7])])
 def test_the_scoring_prefix_is_what_every_row_starts_with(tmp_path: Path, prefix, head):
     root = run(tmp_path, FakeLauncher(), plan(tmp_path, scoring={"prefix": prefix},

@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import RenderableType
 
-from servediff.bundle import read_evidence
+from servediff.bundle import Layout, read_evidence
 from servediff.cli.console import err, out
 from servediff.cli.progress import RichObserver
 from servediff.corpus import Corpus
 from servediff.errors import InputError
 from servediff.estimate import describe, estimate
 from servediff.plan import Plan, load_plan_file, resolve_plan
+from servediff.policy import unmeasured
 from servediff.probes import protocol_size
 from servediff.probes.sweep import SweepSettings, bisection_bound
 from servediff.report.table import drift_table, run_view
@@ -36,6 +37,9 @@ def _interrupt(signum: int, frame: object) -> None:
     # `kill` is handled like Ctrl-C: the engine is stopped and recorded first.
     raise KeyboardInterrupt
 
+
+# The exit status of a run that ended with planned cells unmeasured (a load given up).
+INCOMPLETE = 5
 
 # A new run that sends more requests than this is started from a script (standard input
 # not a terminal) only with --yes: the default protocol on a CPU is a job of hours.
@@ -121,6 +125,16 @@ def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False,
     out.print(run_view(summary))
     out.print(f"wall time {time.monotonic() - t0:.1f}s; report: {root / 'report.md'}")
     out.print(f"re-derive every number with: servediff rederive {root}")
+    missing = unmeasured(plan, Layout(root), {d.arm for d in summary.did_not_start})
+    if missing:
+        # the engine failed every launch of a load: a finding, recorded and reported, but
+        # not a complete run; a script must not publish it as one
+        err.print(f"incomplete: {len(missing)} planned cell(s) not measured "
+                  f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): their "
+                  f"engine failed {plan.launch.max_attempts} launches in a row "
+                  "(launch.max_attempts); the report lists the gaps; run the same command "
+                  f"with --out {root} to measure them", highlight=False, soft_wrap=True)
+        raise SystemExit(INCOMPLETE)
 
 
 @click.command()
