@@ -369,3 +369,35 @@ def test_an_arm_whose_engine_refuses_its_flags_did_not_start_and_the_others_run(
     broke = report.split("## What broke")[1].split("##")[0]
     assert f'`b` did not start: the engine refused it at all 2 launches ("{REFUSAL}")' in broke
 
+
+
+def test_a_hang_in_the_speed_probe_ends_the_launch_and_the_load_runs_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # as the transport reports a request the engine neither answered nor worked on for a
+    # whole stall window: the launch ends (not one error sample a timeout long per
+    # replicate), and the cost load is started again for its speed cell
+    from servediff.errors import EngineRequestError
+    from servediff.probes import speed
+
+    real, hangs = speed._at_once, [1]
+
+    def at_once(ctx, batch, max_tokens):  # type: ignore[no-untyped-def]
+        if hangs:
+            hangs.pop()
+            raise EngineRequestError("no answer", timed_out=True, stalled=True)
+        return real(ctx, batch, max_tokens)
+
+    monkeypatch.setattr(speed, "_at_once", at_once)
+    the_plan = plan(tmp_path, arms={"a": {}}, loads_per_arm=1, cost_loads_per_arm=1,
+                    probes={"repeat": {"count": 1}, "concurrency": {"enabled": False},
+                            "generate": {"enabled": False}, "sweep": {"enabled": False},
+                            "prefix": {"enabled": False},
+                            "speed": {"prompt_tokens": [16], "levels": [1],
+                                      "replicates": 3, "max_tokens": 4}})
+    root = run(tmp_path, FakeLauncher(), the_plan)
+    first, again = launches(root, "a-cost1")
+    assert "engine hung" in (first["error"] or "")
+    assert again["error"] is None
+    cell = json.loads((root / "cells" / "a-cost1-speed.json").read_text())
+    assert cell["launch"] == 2
+    assert [s["status"] for s in cell["speed"]] == ["ok"] * 4  # warm-up and 3 replicates

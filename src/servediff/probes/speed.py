@@ -29,6 +29,7 @@ from servediff.evidence import SpeedSample
 from servediff.plan import Plan, ProbeSettings, distinct_sorted
 from servediff.probes import prompts
 from servediff.probes.base import Measured, Probe, Work
+from servediff.probes.requests import frozen
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
@@ -160,6 +161,7 @@ class SpeedProbe(Probe[SpeedSettings]):
                         firsts, _ = _at_once(ctx, short, 1)
                         fulls, wall = _at_once(ctx, long, spec.max_tokens)
                     except EngineError as exc:
+                        frozen(exc)  # a hang ends the launch; an error is a sample
                         out.speed.append(SpeedSample(**base, status="error", error=str(exc)))
                     else:
                         out.speed.append(_sample(base, firsts, fulls, wall, length))
@@ -218,6 +220,7 @@ def _steady(ctx: ProbeContext, spec: SpeedSettings, base: dict[str, Any],
         with ThreadPoolExecutor(max_workers=level) as pool:
             done = list(pool.map(one, range(len(batch))))
     except EngineError as exc:
+        frozen(exc)
         return SpeedSample(**common, status="error", error=str(exc))
     wall = time.monotonic() - t0
     ttft = statistics.median(s.ttft_s for s in done if s.ttft_s is not None)
