@@ -211,9 +211,9 @@ def ship_plans(device: str, dry_run: bool) -> list[tuple[str, str]]:
         f'[engine_options]\ndevice = "{device}"\ndtype = "bfloat16"\n'
         "[launch]\nstart_timeout_s = 600\n")
     autotune = '[factors.autotune]\noptions = { compile = "max-autotune-no-cudagraphs" }\n'
-    warm = ('[factors.warm]\ncache_policy = "shared"\n'
-            # no concurrency probe: the embedded engine's batching is not the question
-            '[ship]\nrequire = ["across loads", "within a load"]\n')
+    warm = '[factors.warm]\ncache_policy = "shared"\n'
+    # no concurrency probe: the embedded engine's batching is not the question
+    ship = '[ship]\nrequire = ["across loads", "within a load"]\n'
     probes = (
         "[probes.repeat]\ncount = 1\n"
         "[probes.speed]\nprompt_tokens = [512, 2048]\nmax_tokens = 32\nreplicates = 3\n"
@@ -221,13 +221,13 @@ def ship_plans(device: str, dry_run: bool) -> list[tuple[str, str]]:
                   for p in ("concurrency", "generate", "sweep", "prefix"))
         + '[quiet]\naction = "mark"\nwait_s = 30\nwindow_s = 3\n')
     drift = (f'name = "h200-ship-autotune"\nloads_per_arm = {2 if dry_run else 3}\n'
-             f"cost_loads_per_arm = 1\n{engine}{autotune}{warm}[corpus]\n"
+             f"cost_loads_per_arm = 1\n{engine}{autotune}{warm}{ship}[corpus]\n"
              f"tags = {toml_list(tags)}\n{probes}")
     two = f"[corpus]\ntags = {toml_list([BUCKET_128[0], BUCKET_256[0]])}\n{probes}"
     noise = ('name = "h200-ship-speed-noise"\nloads_per_arm = 1\ncost_loads_per_arm = 3\n'
-             f"{engine}{warm}{two}")
+             f"{engine}{warm}{ship}{two}")
     speed = ('name = "h200-ship-autotune-speed"\nloads_per_arm = 1\ncost_loads_per_arm = 2\n'
-             f"{engine}{autotune}{warm.split(chr(10), 2)[2]}{two}")
+             f"{engine}{autotune}{ship}{two}")
     return [("h200-ship-autotune", drift), ("h200-ship-speed-noise", noise),
             ("h200-ship-autotune-speed", speed)]
 

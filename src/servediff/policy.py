@@ -20,11 +20,16 @@ from servediff.probes import cells_of_load
 from servediff.schedule import CellSpec, schedule
 
 
+def missing(layout: Layout, cells: list[CellSpec]) -> list[CellSpec]:
+    """The cells among `cells` that are not on disk."""
+    return [c for c in cells if not layout.cell(c.name).exists()]
+
+
 def unmeasured(plan: Plan, layout: Layout, refused: set[str]) -> list[str]:
     """The planned cells that are not on disk, but for arms whose engine refused to start
     (a finding of its own, which running again would not change)."""
     return [c.name for arm, load, phase in schedule(plan) if arm not in refused
-            for c in cells_of_load(plan, arm, load, phase) if not layout.cell(c.name).exists()]
+            for c in missing(layout, cells_of_load(plan, arm, load, phase))]
 
 
 @dataclass
@@ -50,7 +55,7 @@ class LoadPolicy:
         return self.missing(cells_of_load(self.plan, arm, load, phase))
 
     def missing(self, cells: list[CellSpec]) -> list[CellSpec]:
-        return [c for c in cells if not self.layout.cell(c.name).exists()]
+        return missing(self.layout, cells)
 
     def progress(self, cells: list[CellSpec]) -> int:
         """Finished cells and recorded sweep points among `cells`."""

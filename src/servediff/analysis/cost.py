@@ -141,9 +141,13 @@ def speed_arm(cells: Sequence[Cell], launches: Mapping[tuple[str, int, str, int]
     if not mine:
         return None
     spec = spec or QuietSpec()
+    # per cell (one per launch, in run order): its launch, its room and its load number
+    launch_of = {id(c): (launches or {}).get((c.arm, c.load, c.phase, c.launch)) for c in mine}
+    room_of = {key: room.of(x).label() for key, x in launch_of.items()
+               if x is not None and x.machine}
+    group = {id(c): n for n, c in enumerate(mine)}
     busy = {Layout.cell_ref(c.name): why for c in mine
-            if (why := busy_reasons(c, (launches or {}).get(
-                (c.arm, c.load, c.phase, c.launch)), spec))}
+            if (why := busy_reasons(c, launch_of[id(c)], spec))}
     per_length = []
     for level, length in sorted({(s.concurrency, s.prompt_tokens) for c in mine
                                  for s in c.speed}):
@@ -151,9 +155,7 @@ def speed_arm(cells: Sequence[Cell], launches: Mapping[tuple[str, int, str, int]
                 if (s.concurrency, s.prompt_tokens) == (level, length) and not s.warmup
                 and s.status == "ok"]
         refs = sorted({Layout.cell_ref(c.name) for c, _ in rows})
-        rooms = sorted({room.of(x).label() for c, _ in rows if (x := (launches or {}).get(
-            (c.arm, c.load, c.phase, c.launch))) is not None and x.machine})
-        group = {id(c): n for n, c in enumerate(mine)}  # cells in run order: one per launch
+        rooms = sorted({room_of[id(c)] for c, _ in rows if id(c) in room_of})
         groups = [group[id(c)] for c, _ in rows]
         stats = {m: _some([getattr(s, m) for _, s in rows], groups) or _stats([], [])
                  for m in METRICS}
