@@ -18,6 +18,11 @@ Directories live in the run directory under `.jit/` (hidden: not evidence,
 not in the manifest). A fresh load's directories are removed after the load
 is stopped; their sizes are recorded first. The load record states, for
 each cache, its path, whether it was empty at start and its size after.
+
+A cache whose variable the plan's own env sets is left as given, whatever the
+policy (recorded as "plan-env"): compiled code that is no per-load choice, such
+as FlashInfer's JIT builds, can then be kept across every load on a machine
+while the tuned choices stay fresh.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ TORCH = {
 }
 VLLM = {"VLLM_CACHE_ROOT": "vLLM: its torch.compile cache and other artefacts", **TORCH}
 SGLANG = {"FLASHINFER_WORKSPACE_BASE": "FlashInfer JIT builds (under .cache/flashinfer)",
+          "SGLANG_CACHE_DIR": "SGLang: FlashInfer autotune results (flashinfer/autotune)",
           **TORCH}
 
 
@@ -47,12 +53,21 @@ def size(path: Path) -> int:
 
 
 def prepare(policy: CachePolicy, known: dict[str, str], root: Path, arm: str, load: str,
-            environ: dict[str, str]) -> tuple[dict[str, str], list[CacheDir]]:
+            environ: dict[str, str], given: frozenset[str] = frozenset()
+            ) -> tuple[dict[str, str], list[CacheDir]]:
     """The environment that points each known cache at the policy's directory, and what
-    each directory held at start (`environ`: the engine's environment otherwise)."""
+    each directory held at start (`environ`: the engine's environment otherwise; `given`:
+    the variables the plan's env sets, left as they are)."""
     env: dict[str, str] = {}
     caches = []
     for var in sorted(known):
+        if var in given:
+            kept = Path(environ[var])
+            kept.mkdir(parents=True, exist_ok=True)
+            caches.append(CacheDir(env=var, what=known[var], policy="plan-env",
+                                   path=str(kept), empty_at_start=not any(kept.iterdir()),
+                                   bytes_at_start=size(kept)))
+            continue
         if policy == "as-is":
             value = environ.get(var)
             path = Path(value) if value else None

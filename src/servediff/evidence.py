@@ -295,7 +295,9 @@ class CacheDir(Raw):
 
     env: str
     what: str
-    policy: CachePolicy
+    # "plan-env": the plan's own env set this variable (compiled code kept across the
+    # loads of a machine, say); servediff left it as given
+    policy: CachePolicy | Literal["plan-env"]
     # None under as-is when the variable was not set (the engine's own default place)
     path: str | None
     empty_at_start: bool | None
@@ -364,6 +366,10 @@ class Launch(Raw):
     # What the adapter added to the launch or stood in for (SGLang on a CPU: its CPU flags,
     # the sgl_kernel stand-in, the KV pool servediff sized).
     notes: list[str] = Field(default_factory=list)
+    # The wheel set the engine was installed from where it reached no package registry
+    # (scripts/gpu_carry.py: its name, the manifest's sha256 and every package's version),
+    # read from the engine's PYTHONPATH; None: not installed that way.
+    wheel_set: dict[str, Any] | None = None
     # What the engine printed about its start-up (vLLM: engine_init_s,
     # compile_warmup_s, compile_cache).
     startup: dict[str, Any] = Field(default_factory=dict)

@@ -3,18 +3,21 @@
 `EngineLaunch.begin` checks the machine (the quiet-box gate), appends a new
 launch to the load record and returns the launch; `start` merges the
 environment's four layers (the adapter's, the plan's, the arm's, the cache
-policy's), starts the engine in its own process group and waits until it
-answers a real request; `close` stops it for sure and writes the record. An
-external endpoint is neither started nor stopped. Probes see the engine only
+policy's; a cache variable the plan's env sets is kept as given), starts the
+engine in its own process group and waits until it answers a real request;
+`close` stops it for sure and writes the record. An external endpoint is
+neither started nor stopped. Probes see the engine only
 through a `ProbeContext` (probes/context.py).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 from servediff import caches, room, secret_env
 from servediff.bundle import write_manifest
@@ -37,6 +40,20 @@ from servediff.evidence import (
 from servediff.plan import Plan, arm_options, cache_policy, launch_command
 
 HOST = "127.0.0.1"
+
+
+def carried_wheels(pythonpath: str) -> dict[str, Any] | None:
+    """What `scripts/gpu_carry.py install` wrote into a folder of the engine's PYTHONPATH:
+    the wheel set the engine runs from."""
+    for folder in filter(None, pythonpath.split(os.pathsep)):
+        record = Path(folder) / "servediff-carry.json"
+        if record.is_file():
+            try:
+                data = json.loads(record.read_text())
+            except (OSError, ValueError):
+                return {"unreadable": str(record)}
+            return data if isinstance(data, dict) else {"unreadable": str(record)}
+    return None
 
 
 def hub_args(source: ModelSource | None, flag: str | None) -> list[str]:
@@ -136,8 +153,10 @@ class EngineLaunch:
             policy = cache_policy(plan, self.arm)
             cache_env, launch.caches = caches.prepare(
                 policy, self.adapter.caches, context.layout.root, self.arm, self.name,
-                {**os.environ, **env})
+                {**os.environ, **env},
+                given=frozenset(plan.launch.env) | frozenset(plan.arms[self.arm].env))
             env = {**env, **cache_env}
+            launch.wheel_set = carried_wheels(env.get("PYTHONPATH", ""))
             launch.cuda_visible_devices = env.get(
                 "CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
             launch.cache_policy = policy

@@ -349,7 +349,8 @@ def jit_caches(evidence: Evidence, arm: str) -> dict[str, object]:
     policies = {x.cache_policy for x in ready}
     return {"cache_policy": policies.pop() if len(policies) == 1 else None,
             "caches_empty_at_start": [None if not x.caches else
-                                      all(c.empty_at_start for c in x.caches)
+                                      all(c.empty_at_start for c in x.caches
+                                          if c.policy != "plan-env")
                                       for x in ready if x.cache_policy is not None]}
 
 

