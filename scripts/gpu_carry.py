@@ -307,13 +307,13 @@ def repack(wheel: Path) -> tuple[Path, dict[str, str]]:
             with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
                 zf.extractall(tmp)
                 print(f"repacking {wheel.name} with xz (minutes for a large wheel)", flush=True)
-                with (out.parent / "part").open("wb") as fh:
-                    tar = subprocess.Popen(["tar", "--sort=name", "-cf", "-", "-C", tmp, "."],
-                                           stdout=subprocess.PIPE)
+                with (out.parent / "part").open("wb") as fh, subprocess.Popen(
+                        ["tar", "--sort=name", "-cf", "-", "-C", tmp, "."],
+                        stdout=subprocess.PIPE) as tar:
                     subprocess.run(["xz", "-T0", "-6", "-c"], stdin=tar.stdout, stdout=fh,
                                    check=True)
-                    if tar.wait() != 0:
-                        raise SystemExit(f"tar of {wheel.name} failed")
+                if tar.returncode != 0:
+                    raise SystemExit(f"tar of {wheel.name} failed")
             (out.parent / "part").rename(out)
     print(f"{wheel.name}: {wheel.stat().st_size / MIB:.0f} MiB as a wheel, "
           f"{out.stat().st_size / MIB:.0f} MiB repacked")

@@ -75,3 +75,53 @@ def test_vllm_s_prompt_chunk_from_its_log():
         "chunked_prefill": True, "max_num_batched_tokens": 8192}
     off = "non-default args: {'max_num_batched_tokens': 4096}\n... enable_chunked_prefill=False,"
     assert VllmAdapter().startup_from_log(off) == {"chunked_prefill": False}
+
+
+def test_a_cache_the_plan_s_env_sets_is_kept_as_given(tmp_path: Path):
+    # compiled code kept across the loads of a machine (FlashInfer's JIT builds): the
+    # plan's env names it, the policy leaves it alone and the record says so
+    kept = tmp_path / "jit"
+    kept.mkdir()
+    fill(str(kept), 7)
+    env, caches = prepare("fresh", TORCH, tmp_path, "a", "a-load1",
+                          {"TRITON_CACHE_DIR": str(kept)}, given=frozenset({"TRITON_CACHE_DIR"}))
+    assert "TRITON_CACHE_DIR" not in env and "TORCHINDUCTOR_CACHE_DIR" in env
+    by = {c.env: c for c in caches}
+    triton = by["TRITON_CACHE_DIR"]
+    assert triton.policy == "plan-env" and triton.path == str(kept)
+    assert triton.empty_at_start is False and triton.bytes_at_start == 7
+    after = {c.env: c for c in settle(caches)}
+    assert not after["TRITON_CACHE_DIR"].removed and kept.exists()
+    assert after["TORCHINDUCTOR_CACHE_DIR"].removed
+
+
+def test_sglang_start_up_from_its_h200_log():
+    """The lease's first start of SGLang 0.5.17 on the H200 (docs/validation): weights,
+    KV pool, both CUDA graph captures (the prefill one holding FlashInfer's JIT builds),
+    no FlashInfer autotune, and the start from its first line to ready."""
+    import tarfile
+
+    from servediff.engines.sglang import SglangAdapter
+
+    bundle = Path(__file__).resolve().parents[2] / "docs" / "validation"
+    with tarfile.open(bundle / "h200-sglang-first-start.tar.gz") as tar:
+        member = tar.extractfile("h200-sglang-first-start/logs/baseline-load1.log")
+        assert member is not None
+        log = member.read().decode()
+    second = log.index("server_args=", log.index("server_args=") + 1)
+    startup = SglangAdapter().startup_from_log(log[:log.rfind("\n", 0, second) + 1])
+    assert startup == {
+        "weights_s": 0.19, "weights_gb": 0.19, "kv_pool_tokens": 16509519,
+        "kv_pool_gb": 125.96, "graph_capture_s": {"target prefill": 222.47,
+                                                  "target decode": 1.18},
+        "chunked_prefill_size": 8192, "max_prefill_tokens": 16384,
+        "flashinfer_autotune": "did not run", "logged_start_s": 273}
+    # a log of two launches is read from the last one's start
+    assert SglangAdapter().startup_from_log(log) != startup
+    ran = ("[2026-12-04 18:00:00] server_args=ServerArgs(x)\n[2026-12-04 18:00:05] Load "
+           "weight end. elapsed=1.00 s, type=X, avail mem=1.00 GB, mem usage=2.00 GB.\n"
+           "[2026-12-04 18:00:06] Running FlashInfer autotune with cache: /c/at.json\n"
+           "[2026-12-04 18:00:09] FlashInfer autotune completed.\n")
+    said = SglangAdapter().startup_from_log(ran)
+    assert said["flashinfer_autotune"] == "ran" and said["flashinfer_autotune_cache"] == \
+        "/c/at.json"

@@ -136,3 +136,18 @@ def test_a_stale_launch_is_stopped_only_if_it_started_after_the_launch(tmp_path:
         if sleeper.poll() is None:
             sleeper.kill()
             sleeper.wait()
+
+
+def test_an_engine_killed_by_sigkill_ends_its_supervisor_the_same_way(tmp_path: Path):
+    # SGLang kills its own process tree with SIGKILL when a child fails; the supervisor
+    # must end as the engine did, not with a traceback of its own (signal.signal refuses
+    # SIGKILL), or the launch record quotes the supervisor's error instead of the engine's.
+    port = free_port()
+    proc = EngineProcess([sys.executable, "-c", "import os, signal; print('engine: bad', "
+                          "flush=True); os.kill(os.getpid(), signal.SIGKILL)"], {},
+                         tmp_path / "e.log", "127.0.0.1", port)
+    proc.proc.wait(timeout=60)
+    record = proc.stop(grace_s=5)
+    assert record.died_before_stop and record.signal == "SIGKILL"
+    log = (tmp_path / "e.log").read_text()
+    assert "engine: bad" in log and "Traceback" not in log

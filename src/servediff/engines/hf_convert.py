@@ -21,6 +21,12 @@ def convert(gguf: Path, out_dir: Path) -> None:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(out_dir, safe_serialization=True)
+    # A GGUF tokenizer comes without a length limit (transformers' 1e30 stand-in), which
+    # SGLang 0.5.17's /tokenize cannot serialise (HTTP 500): the model's context instead.
+    if tokenizer.model_max_length > 1 << 40:
+        context = getattr(model.config, "max_position_embeddings", None)
+        if context:
+            tokenizer.model_max_length = int(context)
     tokenizer.save_pretrained(out_dir)
 
 

@@ -300,7 +300,15 @@ class SglangAdapter(EngineAdapter):
         )
 
     def tokenize(self, client: EngineClient, text: str, options: EngineOptions) -> list[int]:
-        return tokenize(client, text, model=None)
+        try:
+            return tokenize(client, text, model=None)
+        except EngineRequestError as exc:
+            if "HTTP 500" not in str(exc):
+                raise
+            raise EngineRequestError(
+                f"{exc}; SGLang 0.5.17 answers /tokenize with HTTP 500 when the tokenizer "
+                "has no length limit (no model_max_length in tokenizer_config.json: "
+                "'Integer exceeds 64-bit range' in its log); give the tokenizer one") from None
 
     def score(self, client: EngineClient, batch: list[list[int]],
               options: EngineOptions) -> list[Scored]:

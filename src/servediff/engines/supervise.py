@@ -59,7 +59,9 @@ def _end_like(returncode: int) -> None:
         sys.exit(returncode)
     sig = -returncode
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file of our own
-    signal.signal(sig, signal.SIG_DFL)
+    # SIGKILL and SIGSTOP take no handler (EINVAL); they end this process as they are
+    with contextlib.suppress(OSError, ValueError):
+        signal.signal(sig, signal.SIG_DFL)
     os.kill(os.getpid(), sig)
     sys.exit(128 + sig)
 
