@@ -115,7 +115,9 @@ def test_sglang_start_up_from_its_h200_log():
         "kv_pool_gb": 125.96, "graph_capture_s": {"target prefill": 222.47,
                                                   "target decode": 1.18},
         "chunked_prefill_size": 8192, "max_prefill_tokens": 16384,
-        "flashinfer_autotune": "did not run", "logged_start_s": 273}
+        "flashinfer_autotune": "did not run", "logged_start_s": 273,
+        "sglang_timings_s": {"load_weight": 0.19, "kv_cache_allocation": 0.04,
+                             "scheduler_e2e": 229.23, "tokenizer_e2e": 260.22}}
     # a log of two launches is read from the last one's start
     assert SglangAdapter().startup_from_log(log) != startup
     ran = ("[2026-12-04 18:00:00] server_args=ServerArgs(x)\n[2026-12-04 18:00:05] Load "

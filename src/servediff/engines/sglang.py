@@ -74,6 +74,9 @@ AUTOTUNE_DONE = "FlashInfer autotune completed."
 RADIX_OFF = re.compile(r"radix cache is not compatible with (?P<backend>\S+) attention backend "
                        r"for deterministic inference")
 READY = "The server is fired up and ready to roll!"
+# SGLang's own summary of its start (0.5.17): top-level `name=seconds` pairs
+TIMINGS = re.compile(r"Engine startup timings \(s\): (?P<pairs>.*)$", re.MULTILINE)
+TIMING = re.compile(r"(?:^|, )(?P<name>\w+)=(?P<s>[\d.]+)")
 
 
 def environment() -> Path:
@@ -234,7 +237,9 @@ class SglangAdapter(EngineAdapter):
         """Where the last start's time went, as SGLang logged it: weights loaded, KV pool
         allocated, each CUDA graph captured (FlashInfer's JIT builds, when its cache was
         cold, fall inside the capture), FlashInfer's autotune (whether it ran, and its
-        cache), and the whole start from the first log line to ready."""
+        cache), SGLang's own timings line where it prints one (0.5.17: weights, KV
+        allocation, scheduler and tokenizer start), and the whole start from the first
+        log line to ready."""
         start = log_text.rfind("server_args=")
         text = log_text[log_text.rfind("\n", 0, start) + 1:] if start >= 0 else log_text
         out: dict[str, Any] = {}
@@ -256,6 +261,9 @@ class SglangAdapter(EngineAdapter):
             out["flashinfer_autotune_cache"] = m["path"]
         elif "Load weight end" in text:
             out["flashinfer_autotune"] = "did not run"
+        if m := _last(TIMINGS, text):
+            pairs = re.sub(r"\{[^}]*\}", "", m["pairs"])  # the graphs are read above
+            out["sglang_timings_s"] = {t["name"]: float(t["s"]) for t in TIMING.finditer(pairs)}
         if m := RADIX_OFF.search(text):
             out["radix_cache_off_by_sglang"] = m["backend"]
         stamps = [_seconds(line) for line in text.splitlines() if STAMP.match(line)]
