@@ -22,8 +22,8 @@ The models, made there without a download:
 
 FlashInfer's JIT builds and Triton's compiled kernels are compiled code, not per-load
 choices (SGLang's Triton attention and MoE kernels carry no triton.autotune): the plans
-keep them in one directory per machine (their env sets FLASHINFER_WORKSPACE_BASE and
-TRITON_CACHE_DIR, which servediff records as "plan-env"), while SGLang's own cache
+keep them in one directory per machine (`launch.keep_caches` with FLASHINFER_WORKSPACE_BASE
+and TRITON_CACHE_DIR in their env, recorded as "plan-env"), while SGLang's own cache
 (FlashInfer's autotune results), Inductor's and the CUDA driver's stay under the plan's
 cache policy, fresh per load.
 """
@@ -194,7 +194,9 @@ def launch(device: str, extra: list[str]) -> str:
     env = engine_env() if device == "cuda" else {"HF_HUB_OFFLINE": "1"}
     return (f"[engine_options]\ndevice = \"{'gpu' if device == 'cuda' else 'cpu'}\"\n"
             f"[launch]\ncommand = {toml_list(command)}\nstart_timeout_s = 900\n"
-            "env = { " + ", ".join(f'{k} = "{v}"' for k, v in env.items()) + " }\n")
+            + ('keep_caches = ["FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR"]\n'
+               if device == "cuda" else "")
+            + "env = { " + ", ".join(f'{k} = "{v}"' for k, v in env.items()) + " }\n")
 
 
 QUIET = '[quiet]\naction = "mark"\nwait_s = 20\nwindow_s = 2\n'

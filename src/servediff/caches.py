@@ -19,10 +19,10 @@ not in the manifest). A fresh load's directories are removed after the load
 is stopped; their sizes are recorded first. The load record states, for
 each cache, its path, whether it was empty at start and its size after.
 
-A cache whose variable the plan's own env sets is left as given, whatever the
-policy (recorded as "plan-env"): compiled code that is no per-load choice, such
-as FlashInfer's JIT builds, can then be kept across every load on a machine
-while the tuned choices stay fresh.
+A cache the plan keeps (`launch.keep_caches`, its directory in `launch.env`) is
+left as given, whatever the policy, and recorded as "plan-env": compiled code
+that is no per-load choice, such as FlashInfer's JIT builds, can then be kept
+across every load on a machine while the tuned choices stay fresh.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ TORCH = {
     "TRITON_CACHE_DIR": "Triton compiled kernels",
     "CUDA_CACHE_PATH": "CUDA driver JIT (PTX to SASS)",
 }
-VLLM = {"VLLM_CACHE_ROOT": "vLLM: its torch.compile cache and other artefacts", **TORCH}
+VLLM = {"VLLM_CACHE_ROOT": "vLLM: its torch.compile cache and other artefacts",
+        "FLASHINFER_WORKSPACE_BASE": "FlashInfer JIT builds (vLLM's sampler on CUDA)",
+        **TORCH}
 SGLANG = {"FLASHINFER_WORKSPACE_BASE": "FlashInfer JIT builds (under .cache/flashinfer)",
           "SGLANG_CACHE_DIR": "SGLang: FlashInfer autotune results (flashinfer/autotune)",
           **TORCH}
@@ -57,7 +59,7 @@ def prepare(policy: CachePolicy, known: dict[str, str], root: Path, arm: str, lo
             ) -> tuple[dict[str, str], list[CacheDir]]:
     """The environment that points each known cache at the policy's directory, and what
     each directory held at start (`environ`: the engine's environment otherwise; `given`:
-    the variables the plan's env sets, left as they are)."""
+    the variables the plan keeps as its env sets them)."""
     env: dict[str, str] = {}
     caches = []
     for var in sorted(known):

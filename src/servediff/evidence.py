@@ -295,8 +295,8 @@ class CacheDir(Raw):
 
     env: str
     what: str
-    # "plan-env": the plan's own env set this variable (compiled code kept across the
-    # loads of a machine, say); servediff left it as given
+    # "plan-env": the plan keeps this cache where its env puts it (launch.keep_caches:
+    # compiled code kept across the loads of a machine, say); servediff left it as given
     policy: CachePolicy | Literal["plan-env"]
     # None under as-is when the variable was not set (the engine's own default place)
     path: str | None

@@ -3,7 +3,7 @@
 `EngineLaunch.begin` checks the machine (the quiet-box gate), appends a new
 launch to the load record and returns the launch; `start` merges the
 environment's four layers (the adapter's, the plan's, the arm's, the cache
-policy's; a cache variable the plan's env sets is kept as given), starts the
+policy's; a cache the plan keeps, `launch.keep_caches`, is left as given), starts the
 engine in its own process group and waits until it answers a real request;
 `close` stops it for sure and writes the record. An external endpoint is
 neither started nor stopped. Probes see the engine only
@@ -154,7 +154,7 @@ class EngineLaunch:
             cache_env, launch.caches = caches.prepare(
                 policy, self.adapter.caches, context.layout.root, self.arm, self.name,
                 {**os.environ, **env},
-                given=frozenset(plan.launch.env) | frozenset(plan.arms[self.arm].env))
+                given=frozenset(plan.launch.keep_caches))
             env = {**env, **cache_env}
             launch.wheel_set = carried_wheels(env.get("PYTHONPATH", ""))
             launch.cuda_visible_devices = env.get(

@@ -280,6 +280,10 @@ class LaunchSettings(Strict):
     # cold start on a new host), "shared" (one set per arm, kept across its loads: a
     # warm restart) or "as-is" (the environment's own).
     cache_policy: CachePolicy = "fresh"
+    # Cache variables left as this table's env gives them, whatever the policy: compiled
+    # code that is no per-load choice (FlashInfer's JIT builds, say), kept across every
+    # load of the machine; each load records it as "plan-env".
+    keep_caches: list[str] = Field(default_factory=list)
     # A request past its timeout is hung when the engine's processes did no work
     # (CPU, GPU) for this long; while they work it is only slow.
     stall_window_s: Annotated[float, Field(gt=0)] = 10.0
@@ -291,6 +295,14 @@ class LaunchSettings(Strict):
     @classmethod
     def _command(cls, command: list[str] | None) -> list[str] | None:
         return check_command(command)
+
+    @model_validator(mode="after")
+    def _kept_caches_are_given(self) -> LaunchSettings:
+        missing = [name for name in self.keep_caches if name not in self.env]
+        if missing:
+            raise ValueError(f"keep_caches: {', '.join(missing)} must be set in launch.env "
+                             "(the directory every load keeps)")
+        return self
 
 
 class ScaleSpec(Strict):
@@ -467,6 +479,8 @@ def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
     dumped = plan.model_dump(mode="json", exclude={"scale"})
     if dumped["comparisons"] is None:
         del dumped["comparisons"]
+    if not dumped["launch"]["keep_caches"]:
+        del dumped["launch"]["keep_caches"]
     # so are the speed probe's steady-mode settings, for the same reason
     speed = dumped.get("probes", {}).get("speed", {})
     for key, default in LATER_DEFAULTS.items():

@@ -127,3 +127,32 @@ def test_sglang_start_up_from_its_h200_log():
     said = SglangAdapter().startup_from_log(ran)
     assert said["flashinfer_autotune"] == "ran" and said["flashinfer_autotune_cache"] == \
         "/c/at.json"
+
+
+def test_vllm_s_start_up_on_cuda_split_from_its_log():
+    # the lines vLLM 0.26 logs on CUDA (format strings of its gpu_model_runner, gpu_worker,
+    # compilation monitor, engine core and platform), each read once
+    log = "\n".join([
+        "(EngineCore pid=1) INFO 12-04 10:00:01 [cuda.py:483] Using FLASH_ATTN attention "
+        "backend out of potential backends: ['FLASH_ATTN', 'FLASHINFER'].",
+        "(EngineCore pid=1) INFO 12-04 10:00:03 [default_loader.py:431] Loading weights took "
+        "0.41 seconds",
+        "(EngineCore pid=1) INFO 12-04 10:00:03 [gpu_model_runner.py:5348] Model loading "
+        "took 0.2578 GiB memory and 1.234567 seconds",
+        "(EngineCore pid=1) INFO 12-04 10:00:13 [monitor.py:20] torch.compile took 9.02 s in "
+        "total",
+        "(EngineCore pid=1) INFO 12-04 10:00:14 [gpu_worker.py:561] Available KV cache "
+        "memory: 40.95 GiB",
+        "(EngineCore pid=1) INFO 12-04 10:00:14 [kv_cache_utils.py:2177] GPU KV cache size: "
+        "1,789,104 tokens",
+        "(EngineCore pid=1) INFO 12-04 10:00:30 [gpu_model_runner.py:6845] Graph capturing "
+        "finished in 16 secs, took 0.45 GiB",
+        "(EngineCore pid=1) INFO 12-04 10:02:29 [core.py:348] init engine (profile, create kv "
+        "cache, warmup model) took 145.50 s",
+    ])
+    adapter = VllmAdapter()
+    assert adapter.startup_from_log(log) == {
+        "attention_backend": "FLASH_ATTN", "weights_s": 0.41, "model_load_s": 1.234567,
+        "model_load_gib": 0.2578, "torch_compile_s": 9.02, "kv_cache_gib": 40.95,
+        "graph_capture_s": 16.0, "graph_capture_gib": 0.45, "engine_init_s": 145.5}
+    assert adapter.capacity_from_log(log)["kv_tokens"] == 1789104

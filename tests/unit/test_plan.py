@@ -42,6 +42,8 @@ def test_good_plan_gets_defaults_and_builtin_corpus(write):
         (GOOD.replace('model = "smollm2"', 'model = "no/such/dir"'), "model:"),
         ('engine = "transformers"\nmodel = "smollm2"\n', "arms: at least one arm is required"),
         (GOOD.replace("[arms.a]", '[arms."a b"]'), "arm name 'a b'"),
+        (GOOD + '[launch]\nkeep_caches = ["TRITON_CACHE_DIR"]\n',
+         "launch.keep_caches: TRITON_CACHE_DIR must be set in launch.env"),
     ],
 )
 def test_bad_plans_name_the_field(write, body, expected):
@@ -164,3 +166,12 @@ def test_the_sweep_reaches_the_context_and_the_engines_own_prompt_limit():
 def test_every_example_plan_is_a_valid_plan(path: Path):
     plan, corpus = load_plan_file(path)
     assert plan.arms and len(corpus.texts) > 1
+
+
+def test_keeping_no_cache_leaves_a_plan_s_sha256_as_it_was(write):
+    # launch.keep_caches came after plans were locked: left empty, it is not in the hash
+    plan, corpus = load_plan_file(write("p.toml", GOOD))
+    kept, _ = load_plan_file(write("q.toml", GOOD + '[launch]\nkeep_caches = ["X"]\n'
+                                   'env = { X = "/jit" }\n'))
+    assert "keep_caches" not in lock(plan, corpus).canonical()["plan"]["launch"]
+    assert lock(kept, corpus).sha256 != lock(plan, corpus).sha256

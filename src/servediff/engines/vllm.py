@@ -48,6 +48,18 @@ INIT_LINE = re.compile(r"init engine \(.*\) took ([\d.]+) s")
 CONCURRENCY_LINE = re.compile(
     r"Maximum concurrency for ([\d,]+) tokens per request:\s*([\d.]+)x"
 )
+# Where a start's time and memory went, as vLLM 0.26 (CUDA) and 0.32 (CPU) log it: each
+# line gives seconds (and GiB); the key says what.
+PHASES = {
+    "weights_s": re.compile(r"Loading weights took ([\d.]+) seconds"),
+    "model_load_s": re.compile(r"Model loading took [\d.]+ GiB(?: memory)? and ([\d.]+) seconds"),
+    "model_load_gib": re.compile(r"Model loading took ([\d.]+) GiB"),
+    "torch_compile_s": re.compile(r"torch\.compile took ([\d.]+) s in total"),
+    "graph_capture_s": re.compile(r"Graph capturing finished in ([\d.]+) secs"),
+    "graph_capture_gib": re.compile(r"Graph capturing finished in [\d.]+ secs, took ([\d.]+) GiB"),
+    "kv_cache_gib": re.compile(r"Available KV cache memory: ([\d.]+) GiB"),
+}
+ATTENTION_LINE = re.compile(r"Using (\w+) attention backend out of potential backends")
 
 
 class VllmOptions(EngineOptions):
@@ -163,7 +175,9 @@ class VllmAdapter(CompletionsAdapter):
         """How long the engine took to initialise, how long its compile warm-up took and
         what its compile cache did (compiled fresh, loaded, or failed to load and
         compiled again), and the prompt chunk of its chunked prefill
-        (`max_num_batched_tokens`: a longer prompt is computed in pieces of that size)."""
+        (`max_num_batched_tokens`: a longer prompt is computed in pieces of that size);
+        where it says them, the weights' load, torch.compile, the CUDA graph capture and
+        the KV cache memory (PHASES), and the attention backend it chose."""
         out: dict[str, Any] = {}
         on = CHUNKED_ON.search(log_text)
         said = CHUNKED_LINE.search(log_text)
@@ -179,6 +193,11 @@ class VllmAdapter(CompletionsAdapter):
             a, b = (int(x.group(1)) * 3600 + int(x.group(2)) * 60 + int(x.group(3))
                     for x in (warmup, done))
             out["compile_warmup_s"] = (b - a) % 86400
+        for key, pattern in PHASES.items():
+            if found := pattern.findall(log_text):
+                out[key] = float(found[-1])
+        if found := ATTENTION_LINE.findall(log_text):
+            out["attention_backend"] = found[-1]
         if LOAD_FAILED_LINE.search(log_text):
             out["compile_cache"] = "found, failed to load, compiled again"
         elif LOADED_LINE.search(log_text):
