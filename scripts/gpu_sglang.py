@@ -31,6 +31,7 @@ cache policy, fresh per load.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -197,6 +198,62 @@ def moe_backend() -> str | None:
     return "flashinfer_cutlass" if MOE_DONE.exists() else None
 
 
+def warm_up(models: dict[str, Path], budget_s: float) -> None:
+    """Build the compiled code the plans' arms need before their first load: one server
+    per (model, backend, deterministic) at once, each on a quarter of the GPU's memory,
+    until each answers /health, then stopped. The builds land in the kept caches (KEEP);
+    every load records what it found there. FlashInfer builds each module under a lock,
+    so servers that need the same one wait for one build."""
+    if (WORK / "warm.done").exists():
+        return
+    import signal
+    import urllib.request
+
+    configs = [(models["seed"], ["--attention-backend", "flashinfer", "--context-length",
+                                 "16384"]),
+               (models["seed"], ["--attention-backend", "triton", "--context-length",
+                                 "16384", "--enable-deterministic-inference"]),
+               (models["smollm2"], ["--attention-backend", "flashinfer", "--context-length",
+                                    "8192", "--dtype", "bfloat16"])]
+    env = {**os.environ, **carried_env(SGLANG_SET), **{k: str(v) for k, v in KEEP.items()}}
+    procs = []
+    logs = []
+    t0 = time.monotonic()
+    for n, (model, extra) in enumerate(configs):
+        port = 31000 + n
+        log = (WORK / f"warm-{n}.log").open("w")
+        logs.append(log)
+        procs.append((port, subprocess.Popen(
+            ["python3", "-m", "sglang.launch_server", "--model-path", str(model), "--host",
+             "127.0.0.1", "--port", str(port), "--mem-fraction-static", "0.25",
+             "--cuda-graph-max-bs-decode", "16", *extra],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)))
+    waiting = dict(procs)
+    while waiting and time.monotonic() - t0 < budget_s:
+        for port, proc in list(waiting.items()):
+            if proc.poll() is not None:
+                print(f"warm-up server {port - 31000} exited {proc.returncode} after "
+                      f"{time.monotonic() - t0:.0f} s", flush=True)
+                del waiting[port]
+                continue
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    print(f"warm-up server {port - 31000} ready after "
+                          f"{time.monotonic() - t0:.0f} s", flush=True)
+                    del waiting[port]
+            except OSError:
+                pass
+        time.sleep(2)
+    for _, proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for log in logs:
+        log.close()
+    if not waiting:
+        (WORK / "warm.done").write_text(f"{time.monotonic() - t0:.0f}\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -204,6 +261,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--plans", nargs="*", help="only these, each with its budget: NAME=S")
     parser.add_argument("--print-plans", action="store_true")
+    parser.add_argument("--warm", type=float, default=0, help="seconds for the warm-up "
+                        "servers that build the kept compiled code first (0: none)")
     parser.add_argument("--moe-build", action="store_true", help="start the fused MoE JIT "
                         "build (CPU) in the background; never beside a cost load")
     args = parser.parse_args()
@@ -220,6 +279,8 @@ def main() -> None:
     t0 = time.monotonic()
     models = {"seed": seed_model(), "moe": moe_model(), "smollm2": smollm2()}
     print(f"models ready after {time.monotonic() - t0:.0f} s", flush=True)
+    if args.warm:
+        warm_up(models, args.warm)
     budgets = dict(p.split("=") for p in args.plans or [])
     walls: dict[str, float] = {}
     for name, text in plans(args.device, models, moe_backend()):
