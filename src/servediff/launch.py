@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -40,6 +44,30 @@ from servediff.evidence import (
 from servediff.plan import Plan, arm_options, cache_policy, launch_command
 
 HOST = "127.0.0.1"
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM held until the block ends, then raised as KeyboardInterrupt: a
+    stop cut short would leave the launch unrecorded and out of the manifest (seen on the
+    H200: SGLang takes seconds to stop, and a time budget's SIGINT landed in between).
+    Signals can be caught in the main thread only; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        held.append(signum)
+
+    before = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    if held:
+        raise KeyboardInterrupt
 
 
 def carried_wheels(pythonpath: str) -> dict[str, Any] | None:
@@ -267,7 +295,12 @@ class EngineLaunch:
 
     def close(self) -> None:
         """Stop the engine for sure and record the stop; the load record is written even
-        when the launch never got as far as a client."""
+        when the launch never got as far as a client, and an interrupt that comes while
+        the engine stops (Ctrl-C, a budget's SIGINT) waits until the record is on disk."""
+        with interrupts_deferred():
+            self._close()
+
+    def _close(self) -> None:
         if self.client is not None:
             self.client.close()
         if self.proc is not None:

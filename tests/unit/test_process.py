@@ -166,3 +166,22 @@ def test_the_supervisor_runs_whatever_the_engine_s_pythonpath(tmp_path: Path):
     record = proc.stop(grace_s=5)
     assert record.returncode == 0
     assert f"path {own}" in (tmp_path / "e.log").read_text()
+
+
+def test_an_interrupt_while_an_engine_stops_waits_for_the_record():
+    # a budget's SIGINT that lands while an engine takes seconds to stop must not cut the
+    # stop short: the block ends, then the interrupt is raised
+    import os
+
+    from servediff.launch import interrupts_deferred
+
+    done = []
+    with pytest.raises(KeyboardInterrupt), interrupts_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+        done.append("recorded")
+    assert done == ["recorded"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with interrupts_deferred():  # nothing held: nothing raised
+        done.append("again")
+    assert done == ["recorded", "again"]
