@@ -16,7 +16,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -35,6 +35,8 @@ from servediff.errors import PlanError
 from servediff.evidence import CachePolicy
 from servediff.hub import hub_id
 from servediff.models import BUILTIN_MODELS
+from servediff.probes import settings as probe_settings
+from servediff.probes.settings import ProbeSettings
 from servediff.validation import describe, suggest
 
 LOCK_SCHEMA_VERSION = 1
@@ -153,40 +155,12 @@ class CorpusSpec(Strict):
     tags: list[str] = Field(default_factory=list)
 
 
-def distinct_sorted(values: list[int], if_empty: str) -> list[int]:
-    """A list setting that needs one value at least, kept sorted and without repeats."""
-    if not values:
-        raise ValueError(if_empty)
-    return sorted(set(values))
-
-
-class ProbeSettings(Strict):
-    """A probe's table in the plan; `section` is its name there: `[probes.<section>]`.
-    Each probe module defines its own (probes/base.py)."""
-
-    section: ClassVar[str]
-
-    def on(self) -> bool:
-        """Whether the plan runs the probe (a probe without `enabled` always runs)."""
-        return bool(getattr(self, "enabled", True))
-
-    def check(self, plan: Plan) -> None:
-        """Raise ValueError where these settings do not fit the rest of the plan."""
-
-
-def check_loads(plan: Plan, section: str, loads: list[int] | None) -> None:
-    """A probe's `loads` setting names drift loads of the plan."""
-    if loads is not None and (not loads or max(loads) > plan.loads_per_arm):
-        raise ValueError(f"probes.{section}.loads must name drift loads from 1 to "
-                         f"loads_per_arm ({plan.loads_per_arm}), got {loads}")
-
-
 S = TypeVar("S", bound=ProbeSettings)
 
 
 class ProbesSpec(BaseModel):
     """Every registered probe's settings, by its section: `[probes.speed]` is
-    `probes.get(SpeedSettings)`. The probes are the registry's (probes/__init__.py); a
+    `probes.get(SpeedSettings)`. The probes are the registry's (probes/settings.py); a
     table for a probe it does not know is an error."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
@@ -204,9 +178,7 @@ class ProbesSpec(BaseModel):
     @staticmethod
     def fields_model() -> type[BaseModel]:
         """The registered probes' settings as one model (what validation.keys_at reads)."""
-        from servediff.probes import sections_model
-
-        return sections_model()
+        return probe_settings.sections_model()
 
     def get(self, kind: type[S]) -> S:
         """The settings of the probe whose settings model is `kind`: its defaults in a plan
@@ -220,9 +192,8 @@ class ProbesSpec(BaseModel):
 
     def cost_probes(self) -> list[str]:
         """The sections of the enabled probes of cost loads."""
-        from servediff.probes import ordered
-
-        return [p.section for p in ordered() if p.phase == "cost" and self.get(p.settings).on()]
+        return [x.section for x in probe_settings.sections()
+                if x.phase == "cost" and self.get(x).on()]
 
 
 class ScoringSpec(Strict):
@@ -466,11 +437,6 @@ class LockedPlan(BaseModel):
         return self.sha256 == other.sha256 or self.canonical() == other.canonical()
 
 
-# Speed settings added after plans were locked with the probe: at these values a plan's
-# sha256 is what it was before they existed.
-LATER_DEFAULTS: dict[str, Any] = {"mode": "burst", "requests": None, "request_rate": None}
-
-
 def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
     # JSON objects are unordered once sorted; the arm order (A before B) is kept apart.
     # Where the loads run ([scale]) is not what is measured: a run may resume elsewhere.
@@ -481,11 +447,12 @@ def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
         del dumped["comparisons"]
     if not dumped["launch"]["keep_caches"]:
         del dumped["launch"]["keep_caches"]
-    # so are the speed probe's steady-mode settings, for the same reason
-    speed = dumped.get("probes", {}).get("speed", {})
-    for key, default in LATER_DEFAULTS.items():
-        if key in speed and speed[key] == default:
-            del speed[key]
+    # so are a probe's settings added after it was locked with it (ProbeSettings)
+    for settings in plan.probes.sections():
+        table = dumped.get("probes", {}).get(settings.section, {})
+        for key, default in settings.later_defaults.items():
+            if key in table and table[key] == default:
+                del table[key]
     return {
         "plan": dumped,
         "arm_order": list(plan.arms),
@@ -633,12 +600,8 @@ def validate_engine(plan: Plan, source: str) -> None:
                 raise PlanError(f"{source}: arms.{name}: args and env need a server that "
                                 "servediff starts; an external endpoint takes options only")
     options_model = adapter.options_model
-    problems = []
-    steady = [x for x in plan.probes.sections()
-              if x.section == "speed" and getattr(x, "mode", "burst") == "steady" and x.on()]
-    if steady and "stream" not in adapter.capabilities:
-        problems.append(f"{source}: probes.speed.mode: \"steady\" needs streamed tokens, and "
-                        f"engine {plan.engine!r} does not stream; use mode = \"burst\"")
+    problems = [f"{source}: {why}" for x in plan.probes.sections()
+                if (why := x.refused(plan.engine, adapter.capabilities))]
     try:
         options_model.model_validate(plan.engine_options)
     except ValidationError as exc:

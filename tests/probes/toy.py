@@ -20,8 +20,9 @@ from pydantic import BaseModel, Field
 
 from servediff.errors import EngineError
 from servediff.evidence import Cell
-from servediff.plan import Plan, ProbeSettings
+from servediff.plan import Plan
 from servediff.probes.base import Probe, Work
+from servediff.probes.settings import ProbeSettings
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ class TokenizeSettings(ProbeSettings):
     """The same text tokenized `requests` times in every drift load."""
 
     section = "tokenize"
+    phase = "drift"
 
     enabled: bool = False
     requests: Annotated[int, Field(ge=1, le=100)] = 3
@@ -53,7 +55,6 @@ class TokenizeFinding(BaseModel):
 class Tokenize(Probe[TokenizeSettings]):
     settings = TokenizeSettings
     names = ("tokenize",)
-    phase = "drift"
     description = "one text tokenized again and again: does the engine's tokenizer answer alike?"
     title = "tokenizer answers to one text, repeated"
 

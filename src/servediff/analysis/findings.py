@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
 from servediff.plan import ProbesSpec, Regime
+from servediff.probes.base import Untested
 
 SUMMARY_SCHEMA_VERSION = 10
 
@@ -884,10 +885,6 @@ class Factors(Finding):
 
 
 # --- what was not measured --------------------------------------------------------------------
-
-class Untested(Finding):
-    reason: Literal["disabled", "external endpoint", "no measurement", "not reported"]
-
 
 GapKind = Literal[
     "loads missing",            # an arm has `count` of `of` planned loads with a score cell

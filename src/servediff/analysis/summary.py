@@ -12,18 +12,17 @@ from pydantic import JsonValue
 
 from servediff import probes, room
 from servediff.analysis import cost, drift, factors, generation, stats, verdict
-from servediff.analysis.findings import ArmConditions, ArmCosts, ArmDrift, Summary, Untested
+from servediff.analysis.findings import ArmConditions, ArmCosts, Summary
 from servediff.bundle import Evidence
 from servediff.evidence import Cell, Conditions
 from servediff.plan import Plan
-from servediff.probes.base import Measured
+from servediff.probes.base import Measured, Untested
 
 
-def untested(plan: Plan, cells: Sequence[Cell], arms: Mapping[str, ArmDrift],
-             costs: Mapping[str, ArmCosts]) -> dict[str, Untested]:
+def untested(plan: Plan, found: Measured, costs: Mapping[str, ArmCosts]
+             ) -> dict[str, Untested]:
     """Every registered probe the run did not measure, with why, in the order probes run;
     then the engine's capacity when it reported none."""
-    found = Measured(cells=cells, arms=arms, costs=costs)
     out = {probe.section: why for probe in probes.ordered()
            if (why := probe.untested(plan, found)) is not None}
     if not any(c.capacity.reported for c in costs.values()):
@@ -93,7 +92,7 @@ def summarize(evidence: Evidence) -> Summary:
     shifts = drift.arm_shifts(by_arm, plan.thresholds.moved_abs_nll,
                               {arm: d.signature for arm, d in arms.items()},
                               drift.cell_shapes(evidence))
-    missing = untested(plan, evidence.cells, arms, costs)
+    missing = untested(plan, Measured(evidence.cells, evidence.partial), costs)
     refused = drift.did_not_start(evidence)
     refused_by_arm = {r.arm: r for r in refused}
     return Summary(

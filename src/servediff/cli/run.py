@@ -21,7 +21,6 @@ from servediff.estimate import describe, estimate
 from servediff.plan import Plan, load_plan_file, resolve_plan
 from servediff.policy import unmeasured
 from servediff.probes import protocol_size
-from servediff.probes.sweep import SweepSettings, bisection_bound
 from servediff.report.table import drift_table, run_view
 from servediff.runner import Runner
 
@@ -51,14 +50,9 @@ def announce(plan: Plan, corpus: Corpus, root: Path, base: Path, yes: bool,
     """Say the protocol's size and a rough duration before anything starts; refuse a big
     new run from a script unless --yes says it is meant."""
     size = protocol_size(plan, corpus)
-    spec = plan.probes.get(SweepSettings)
-    most = bisection_bound(spec, size.context)
-    bisect = (f"; a failure inside it adds up to {most} bisection prompts per sweep, each "
-              "may need a restart") if most else ""
-    sweep = (f" (the sweep counted up to a context of {size.context:,} tokens; the engine "
-             f"reports its own{bisect})") if spec.enabled else ""
+    notes = f" ({'; '.join(size.notes)})" if size.notes else ""
     err.print(f"protocol: {size.loads} loads, {size.cells} cells, about {size.requests:,} "
-              f"requests{sweep}", highlight=False)
+              f"requests{notes}", highlight=False)
     err.print(describe(estimate(plan, size, base)), highlight=False)
     if (size.requests > ASK_ABOVE_REQUESTS and not yes and not root.exists()
             and not sys.stdin.isatty()):

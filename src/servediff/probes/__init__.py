@@ -2,11 +2,9 @@
 
 Adding a probe is one module (its settings, cells, measurement, description and,
 where it has one, its own finding and report lines: probes/base.py) plus its
-line here. Drift probes, then cost probes; within the cost phase speed runs
-first, before anything long can hurt the engine, and the sweep, which may kill
-it, last. The plan's `[probes.*]` tables, the schedule, the size estimate, the
-summary's "not tested" list, `servediff init` and the report all read this
-registry.
+line in `PROBES` (probes/settings.py, the leaf the plan reads its `[probes.*]`
+tables from). The schedule, the size estimate, the summary's "not tested"
+list, `servediff init` and the report read the probes from here.
 """
 
 from __future__ import annotations
@@ -16,9 +14,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
-
 from servediff.engines import registry
+from servediff.probes.settings import PROBES
 
 if TYPE_CHECKING:
     from servediff.corpus import Corpus
@@ -26,16 +23,6 @@ if TYPE_CHECKING:
     from servediff.plan import Plan
     from servediff.probes.base import Probe
     from servediff.schedule import CellSpec
-
-# section in the plan -> the probe's class; the order is the order its cells run in a load
-PROBES: dict[str, str] = {
-    "repeat": "servediff.probes.score:ScoreProbe",
-    "concurrency": "servediff.probes.concurrency:ConcurrencyProbe",
-    "generate": "servediff.probes.generate:GenerateProbe",
-    "speed": "servediff.probes.speed:SpeedProbe",
-    "prefix": "servediff.probes.prefix:PrefixProbe",
-    "sweep": "servediff.probes.sweep:SweepProbe",
-}
 
 
 @cache
@@ -67,25 +54,6 @@ def by_cell(probe_name: str) -> Probe[Any]:
                    f"{', '.join(PROBES)}")
 
 
-def sections_model() -> type[BaseModel]:
-    """The plan's `[probes]` table as one model: a field per registered probe."""
-    return _sections_model(tuple(PROBES.items()))
-
-
-@cache
-def _sections_model(entries: tuple[tuple[str, str], ...]) -> type[BaseModel]:
-    fields: dict[str, Any] = {}
-    for section, entry in entries:
-        settings = _load(entry).settings
-        if settings.section != section:
-            raise KeyError(f"probe registry: {entry} is registered as {section!r} but its "
-                           f"settings say {settings.section!r}")
-        fields[section] = (settings, Field(default_factory=settings))
-    model: type[BaseModel] = create_model(
-        "Probes", __config__=ConfigDict(extra="forbid", frozen=True), **fields)
-    return model
-
-
 def cells_of_load(plan: Plan, arm: str, load: int, phase: Phase = "drift") -> list[CellSpec]:
     return [cell for probe in ordered() if probe.phase == phase
             for cell in probe.cells(plan, arm, load)]
@@ -103,6 +71,8 @@ class Size:
     new_tokens: int
     # the context assumed for the sweep (the engine reports its own once it runs)
     context: int
+    # what a probe adds to the size line: what it assumed, what may come on top
+    notes: tuple[str, ...] = ()
 
 
 # for the size of the corpus before any tokenizer is at hand: English prose in the BPE
@@ -122,5 +92,8 @@ def protocol_size(plan: Plan, corpus: Corpus, context: int | None = None) -> Siz
     cells = [cell for arm, load, phase in loads for cell in cells_of_load(plan, arm, load, phase)]
     texts: Sequence[int] = [max(1, len(t.text) // CHARS_PER_TOKEN) for t in corpus.texts]
     work = sum((by_cell(c.probe).work(plan, texts, context, c) for c in cells), Work(0, 0, 0))
+    notes = tuple(note for probe in ordered() if probe.enabled(plan)
+                  and (note := probe.size_note(plan, context)))
     return Size(loads=len(loads), cells=len(cells), requests=work.requests,
-                prompt_tokens=work.prompt_tokens, new_tokens=work.new_tokens, context=context)
+                prompt_tokens=work.prompt_tokens, new_tokens=work.new_tokens, context=context,
+                notes=notes)

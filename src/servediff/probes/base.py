@@ -14,16 +14,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, cast
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from servediff.evidence import Cell, Phase
-from servediff.plan import ProbeSettings
+from servediff.probes.settings import ProbeSettings
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
-    from servediff.analysis.findings import ArmCosts, ArmDrift, Untested
     from servediff.plan import Plan
     from servediff.probes.context import ProbeContext
 
@@ -43,11 +42,19 @@ class Work:
 
 @dataclass(frozen=True)
 class Measured:
-    """What the analysis found, for a probe to say whether it measured anything."""
+    """A run's cells, for a probe to say whether it measured anything: the complete ones,
+    and those an engine's death or an interrupt left partial."""
 
     cells: Sequence[Cell]
-    arms: Mapping[str, ArmDrift]
-    costs: Mapping[str, ArmCosts]
+    partial: Sequence[Cell] = ()
+
+
+class Untested(BaseModel):
+    """Why a run did not measure a probe (summary.json's `untested`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reason: Literal["disabled", "external endpoint", "no measurement", "not reported"]
 
 
 S = TypeVar("S", bound=ProbeSettings)
@@ -56,19 +63,22 @@ S = TypeVar("S", bound=ProbeSettings)
 class Probe(ABC, Generic[S]):
     """One pluggable probe: what it adds to a load, how it measures, how it is read back."""
 
-    # Its settings model (whose `section` names the probe in the plan and the registry),
-    # the probe names of the cells it measures (the score probe also measures its repeats
-    # and batch-size passes), the phase of load it runs in, one line for `servediff init`
-    # and what the report's "not tested" list calls it.
+    # Its settings model (whose `section` names the probe in the plan and the registry,
+    # and whose `phase` is the phase of load it runs in), the probe names of the cells it
+    # measures (the score probe also measures its repeats and batch-size passes), one line
+    # for `servediff init` and what the report's "not tested" list calls it.
     settings: ClassVar[type[ProbeSettings]]
     names: ClassVar[tuple[str, ...]]
-    phase: ClassVar[Phase]
     description: ClassVar[str]
     title: ClassVar[str]
 
     @property
     def section(self) -> str:
         return self.settings.section
+
+    @property
+    def phase(self) -> Phase:
+        return self.settings.phase
 
     def spec(self, plan: Plan) -> S:
         """This probe's settings in `plan`."""
@@ -91,6 +101,11 @@ class Probe(ABC, Generic[S]):
         counts and an engine context of `context` tokens (known only once the engine runs:
         an assumption)."""
 
+    def size_note(self, plan: Plan, context: int) -> str | None:
+        """What the size announced before a run should add for this probe: what it assumed
+        or what may come on top (None: nothing)."""
+        return None
+
     # --- analysis and report: for the summary's "not tested" list and a probe's own
     # finding (the built-in probes' findings are the drift and cost analyses') -----------
 
@@ -100,8 +115,6 @@ class Probe(ABC, Generic[S]):
 
     def untested(self, plan: Plan, found: Measured) -> Untested | None:
         """Why the run did not measure this probe (None: it did)."""
-        from servediff.analysis.findings import Untested
-
         if not self.enabled(plan):
             return Untested(reason="disabled")
         if self.phase == "cost" and plan.base_url:

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Annotated
 from pydantic import Field, field_validator
 
 from servediff.evidence import Group, RequestKind, Response, Skipped
-from servediff.plan import Plan, ProbeSettings, check_loads, distinct_sorted
+from servediff.plan import Plan
 from servediff.probes import requests
-from servediff.probes.base import Measured, Probe, Work
+from servediff.probes.base import Probe, Work
+from servediff.probes.settings import PlanShape, ProbeSettings, check_loads, distinct_sorted
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class ConcurrencySettings(ProbeSettings):
     """
 
     section = "concurrency"
+    phase = "drift"
 
     enabled: bool = True
     lengths: list[Annotated[int, Field(ge=2)]] = Field(default_factory=lambda: [256, 768, 1536])
@@ -73,7 +75,7 @@ class ConcurrencySettings(ProbeSettings):
     def _lengths(cls, lengths: list[int]) -> list[int]:
         return distinct_sorted(lengths, "needs at least one prompt length")
 
-    def check(self, plan: Plan) -> None:
+    def check(self, plan: PlanShape) -> None:
         check_loads(plan, self.section, self.loads)
 
 
@@ -89,7 +91,6 @@ class ConcurrencyProbe(Probe[ConcurrencySettings]):
 
     settings = ConcurrencySettings
     names = ("concurrency",)
-    phase = "drift"
     description = "identical requests alone and together: batch-composition drift"
     title = "identical requests at concurrency >= 2 (batch-composition drift)"
 
@@ -97,8 +98,6 @@ class ConcurrencyProbe(Probe[ConcurrencySettings]):
         return (f"concurrency {spec.kinds} at lengths {spec.lengths} x levels "
                 f"{spec.levels}, {spec.requests} identical requests")
 
-    def measured(self, found: Measured) -> bool:
-        return any(a.concurrency for a in found.arms.values())
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         spec = self.spec(plan)

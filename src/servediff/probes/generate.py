@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Annotated
 from pydantic import Field
 
 from servediff.evidence import Group
-from servediff.plan import Plan, ProbeSettings
+from servediff.plan import Plan
 from servediff.probes import requests
-from servediff.probes.base import Measured, Probe, Work
+from servediff.probes.base import Probe, Work
+from servediff.probes.settings import ProbeSettings
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ class GenerateSettings(ProbeSettings):
     """Greedy continuations of corpus texts, hashed across repeats, loads and arms."""
 
     section = "generate"
+    phase = "drift"
 
     enabled: bool = True
     texts: Annotated[int, Field(ge=1)] = 8
@@ -40,15 +42,12 @@ class GenerateProbe(Probe[GenerateSettings]):
 
     settings = GenerateSettings
     names = ("generate",)
-    phase = "drift"
     description = "greedy continuations, hashed across repeats, loads and arms"
     title = "greedy generation hashed across repeats, loads and arms"
 
     def protocol(self, spec: GenerateSettings) -> str | None:
         return f"generate {spec.texts} prompts x {spec.repeats} repeats, {spec.max_tokens} tokens"
 
-    def measured(self, found: Measured) -> bool:
-        return any(a.generation for a in found.arms.values())
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         return [CellSpec(arm, load, "generate", 0)] if self.spec(plan).enabled else []

@@ -17,9 +17,10 @@ from pydantic import Field
 
 from servediff.errors import EngineError
 from servediff.evidence import PrefixSample
-from servediff.plan import Plan, ProbeSettings
+from servediff.plan import Plan
 from servediff.probes import prompts
-from servediff.probes.base import Measured, Probe, Work
+from servediff.probes.base import Probe, Work
+from servediff.probes.settings import ProbeSettings
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ class PrefixSettings(ProbeSettings):
     """A long shared system prefix, then different questions: is the prefix reused?"""
 
     section = "prefix"
+    phase = "cost"
 
     enabled: bool = True
     # 0: half the context length, at most 4096 tokens.
@@ -50,15 +52,12 @@ class PrefixProbe(Probe[PrefixSettings]):
 
     settings = PrefixSettings
     names = ("prefix",)
-    phase = "cost"
     description = "a shared prefix, then different questions: is it reused?"
     title = "prefix-cache reuse of a long shared system prompt"
 
     def protocol(self, spec: PrefixSettings) -> str | None:
         return f"prefix reuse over {spec.requests} requests"
 
-    def measured(self, found: Measured) -> bool:
-        return any(c.prefix for c in found.costs.values())
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         return [CellSpec(arm, load, "prefix", 0, "cost")] if self.spec(plan).enabled else []

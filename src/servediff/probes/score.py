@@ -22,17 +22,18 @@ from servediff import atomic
 from servediff.engines.base import Scored
 from servediff.errors import EngineError, EngineRequestError
 from servediff.evidence import Record
-from servediff.plan import Plan, ProbeSettings, check_loads
-from servediff.probes.base import Measured, Probe, Work
+from servediff.plan import Plan
+from servediff.probes.base import Measured, Probe, Untested, Work
+from servediff.probes.settings import PlanShape, ProbeSettings, check_loads
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
-    from servediff.analysis.findings import Untested
     from servediff.probes.context import ProbeContext
 
 
 class RepeatSettings(ProbeSettings):
     section = "repeat"
+    phase = "drift"
 
     count: Annotated[int, Field(ge=0, le=100)] = 1
     shuffle: bool = True
@@ -44,7 +45,7 @@ class RepeatSettings(ProbeSettings):
     # drift is a property of a load: one load per arm shows it, every load confirms it.
     loads: list[Annotated[int, Field(ge=1)]] | None = None
 
-    def check(self, plan: Plan) -> None:
+    def check(self, plan: PlanShape) -> None:
         check_loads(plan, self.section, self.loads)
 
 
@@ -81,7 +82,6 @@ class ScoreProbe(Probe[RepeatSettings]):
 
     settings = RepeatSettings
     names = ("score", "repeat", "batch")
-    phase = "drift"
     description = "the texts scored again in the same load (in a new order): within-load drift"
     title = "teacher-forced scores, and the same texts again within the load"
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
@@ -26,10 +26,11 @@ from pydantic import Field, field_validator, model_validator
 from servediff.engines.base import Generated, Streamed
 from servediff.errors import EngineError
 from servediff.evidence import SpeedSample
-from servediff.plan import Plan, ProbeSettings, distinct_sorted
+from servediff.plan import Plan
 from servediff.probes import prompts
-from servediff.probes.base import Measured, Probe, Work
+from servediff.probes.base import Probe, Work
 from servediff.probes.requests import frozen
+from servediff.probes.settings import ProbeSettings, distinct_sorted
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
@@ -45,6 +46,10 @@ class SpeedSettings(ProbeSettings):
     """
 
     section = "speed"
+    phase = "cost"
+    # steady mode came after plans were locked with this probe
+    later_defaults: ClassVar[dict[str, Any]] = {
+        "mode": "burst", "requests": None, "request_rate": None}
 
     enabled: bool = True
     prompt_tokens: list[Annotated[int, Field(ge=2)]] = Field(
@@ -80,11 +85,30 @@ class SpeedSettings(ProbeSettings):
             raise ValueError("requests and request_rate are settings of mode = \"steady\"")
         return self
 
+    def refused(self, engine: str, capabilities: Set[str]) -> str | None:
+        if self.on() and self.mode == "steady" and "stream" not in capabilities:
+            return (f"probes.speed.mode: \"steady\" needs streamed tokens, and engine "
+                    f"{engine!r} does not stream; use mode = \"burst\"")
+        return None
+
     def per_replicate(self, level: int) -> int:
         """Requests in one replicate at this level: burst sends `level` of each kind."""
         if self.mode == "burst":
             return level
         return self.requests if self.requests is not None else 3 * level
+
+
+def in_flight(level: int) -> str:
+    return "one request at a time" if level == 1 else f"{level} requests at once"
+
+
+def levels_text(levels: list[int]) -> str:
+    """[1] -> "one request at a time"; [1, 4] -> "1 and 4 requests at a time"."""
+    if levels == [1]:
+        return in_flight(1)
+    if len(levels) == 1:
+        return in_flight(levels[0])
+    return f"{', '.join(map(str, levels[:-1]))} and {levels[-1]} requests at a time"
 
 
 def _timed(ctx: ProbeContext, ids: list[int], max_tokens: int) -> tuple[Generated, float]:
@@ -98,13 +122,10 @@ class SpeedProbe(Probe[SpeedSettings]):
 
     settings = SpeedSettings
     names = ("speed",)
-    phase = "cost"
     description = "TTFT, prefill and decode tok/s, in every cost load"
     title = "decode tok/s, TTFT, prefill tok/s with noise bands"
 
     def protocol(self, spec: SpeedSettings) -> str | None:
-        from servediff.report.words import levels_text
-
         steady = ("" if spec.mode == "burst" else
                   f", steady: {spec.requests or '3 per level'} streamed requests a replicate "
                   "with that many in flight, "
@@ -114,8 +135,6 @@ class SpeedProbe(Probe[SpeedSettings]):
                 f"{levels_text(spec.levels)}{steady}, {spec.warmup} warm-up + "
                 f"{spec.replicates} replicates per cost load")
 
-    def measured(self, found: Measured) -> bool:
-        return any(c.speed for c in found.costs.values())
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         return [CellSpec(arm, load, "speed", 0, "cost")] if self.spec(plan).enabled else []

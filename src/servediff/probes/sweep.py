@@ -45,9 +45,10 @@ from servediff.engines.process import tail
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineError, EngineRequestError
 from servediff.evidence import Cell, Skipped, SweepPoint
-from servediff.plan import Plan, ProbeSettings
+from servediff.plan import Plan
 from servediff.probes import prompts
 from servediff.probes.base import Measured, Probe, Work
+from servediff.probes.settings import ProbeSettings
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class SweepSettings(ProbeSettings):
     """
 
     section = "sweep"
+    phase = "cost"
 
     enabled: bool = True
     lengths: list[Annotated[int, Field(ge=2)]] = Field(default_factory=list)
@@ -239,7 +241,6 @@ class SweepProbe(Probe[SweepSettings]):
 
     settings = SweepSettings
     names = ("sweep",)
-    phase = "cost"
     description = "prompts up to the context and past it, alone and together: survival"
     title = "prompt lengths up to the context length, survival per length"
 
@@ -249,7 +250,15 @@ class SweepProbe(Probe[SweepSettings]):
                 f"sweep at {spec.lengths} x levels {spec.levels}")
 
     def measured(self, found: Measured) -> bool:
-        return any(c.survival for c in found.costs.values())
+        # a sweep's points so far count too: the engine may have died before it ended
+        return any(c.probe == "sweep" for c in (*found.cells, *found.partial))
+
+    def size_note(self, plan: Plan, context: int) -> str | None:
+        most = bisection_bound(self.spec(plan), context)
+        bisect = (f"; a failure inside it adds up to {most} bisection prompts per sweep, "
+                  "each may need a restart") if most else ""
+        return (f"the sweep counted up to a context of {context:,} tokens; the engine "
+                f"reports its own{bisect}")
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         # Once per arm, last in its cost load: it may kill the engine.

@@ -15,11 +15,11 @@ from servediff.analysis.findings import (
     Ship,
     Summary,
 )
+from servediff.probes.speed import in_flight
 from servediff.report.words import (
     METRIC_NAMES,
     and_list,
     claim_text,
-    in_flight,
     untested_text,
 )
 

@@ -36,9 +36,10 @@ from servediff.analysis.findings import (
     SurvivalClaim,
     SweepPointView,
     TrendClaim,
-    Untested,
 )
 from servediff.evidence import RequestKind
+from servediff.probes.base import Untested
+from servediff.probes.speed import in_flight, levels_text
 
 METRIC_NAMES: dict[Metric, str] = {"decode_tok_s": "decode tok/s",
                                    "prefill_tok_s": "prefill tok/s", "ttft_s": "TTFT (s)"}
@@ -282,19 +283,6 @@ def survival_text(c: SurvivalClaim) -> str:
     slowly = (f"; answers came after the request timeout from {c.slow_from:,} tokens"
               if c.slow_from else "")
     return f"`{c.arm}` survived {tail} as single prompts{slowly}; {levels}"
-
-
-def in_flight(level: int) -> str:
-    return "one request at a time" if level == 1 else f"{level} requests at once"
-
-
-def levels_text(levels: list[int]) -> str:
-    """[1] -> "one request at a time"; [1, 4] -> "1 and 4 requests at a time"."""
-    if levels == [1]:
-        return in_flight(1)
-    if len(levels) == 1:
-        return in_flight(levels[0])
-    return f"{', '.join(map(str, levels[:-1]))} and {levels[-1]} requests at a time"
 
 
 def _speed_text(c: SpeedClaim) -> str:
