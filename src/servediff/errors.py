@@ -14,6 +14,7 @@
     ├── DiskFullError              exit 4: a write found no space left (or over quota)
     └── EngineError                an engine failed; the runner records these
         ├── EngineStartError       never became ready
+        │   └── EngineRefusedError exited with an error of its own first (a refused flag)
         └── EngineRequestError     a request failed or its response was unusable
 
 The CLI turns each into one line on stderr and its exit code; nothing below the

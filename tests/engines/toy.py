@@ -14,7 +14,7 @@ import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
-from servediff.engines.base import EngineInfo
+from servediff.engines.base import Capability, EngineInfo
 from servediff.engines.completions import CompletionsAdapter
 from servediff.engines.transport import EngineClient
 
@@ -23,7 +23,7 @@ ENTRY = "tests.engines.toy:ToyAdapter"
 
 class ToyAdapter(CompletionsAdapter):
     name = "toy"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"score", "generate", "version",
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({"score", "generate", "version",
                                                          "reload"})
     default_command: ClassVar[list[str]] = [sys.executable, "-m", "tests.engines.toy",
                                             "--model", "{model}", "--host", "{host}",

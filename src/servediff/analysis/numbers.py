@@ -3,11 +3,8 @@
 `servediff rederive` compares the re-derived summary with `summary.json`.
 Within one schema version every value must be equal. A `summary.json`
 written by an earlier servediff (schema 1) said its signatures, claims, gaps
-and reasons in sentences; schema 2 holds them as structures and leaves the
-words to the report (schema 3 added `off_control` to the concurrency rows, schema 4
-`gpus_used` to the conditions, schema 5 `did_not_start`, schema 6
-`probe_findings`, schema 7 `factors` and the sweep's `limit`, schema 8 `moved_texts`,
-`first_moved`, `shared_shape` and `boundary`).
+and reasons in sentences; later versions hold them as structures and add
+fields (docs/summary.md, "Schema history", says which).
 Across versions, then, the comparison is over the
 numbers and identifiers: every leaf of the older summary outside those
 sentence fields must be found, equal, at the same path in the newer one.

@@ -3,10 +3,11 @@
 The split follows lm-evaluation-harness's TemplateAPI: `EngineClient`
 (transport.py) owns HTTP, timeouts, retries and concurrency; an adapter only
 says how to launch its engine, builds payloads and parses responses. The
-runner asks an adapter only for what its `capabilities` declare:
+runner asks an adapter only for what its `capabilities` declare (`Capability`):
 
     score     teacher-forced prompt logprobs
     generate  greedy generation
+    stream    a streamed greedy generation, timed per chunk (the speed probe's steady mode)
     capacity  KV pool size / slots as the engine reports them
     version   engine version or build
     metrics   a Prometheus /metrics endpoint
@@ -24,6 +25,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from servediff.engines.transport import EngineClient
+
+# What an adapter can do (the module's docstring says each); a probe or a plan asks for one
+Capability = Literal["score", "generate", "stream", "capacity", "version", "metrics", "reload"]
 
 
 class EngineOptions(BaseModel):
@@ -116,7 +120,7 @@ class EngineAdapter(ABC):
     payloads and parses answers."""
 
     name: ClassVar[str]
-    capabilities: ClassVar[frozenset[str]]
+    capabilities: ClassVar[frozenset[Capability]]
     options_model: ClassVar[type[EngineOptions]] = EngineOptions
     # What a built-in model is served as: a HF folder or a GGUF file.
     model_format: ClassVar[Literal["hf-dir", "gguf"]] = "hf-dir"

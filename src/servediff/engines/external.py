@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from servediff.engines.base import EngineInfo, EngineOptions
+from servediff.engines.base import Capability, EngineInfo, EngineOptions
 from servediff.engines.completions import CompletionsAdapter, first_model
 from servediff.engines.transport import EngineClient
 
@@ -24,7 +24,8 @@ class ExternalOptions(EngineOptions):
 class ExternalAdapter(CompletionsAdapter):
     name = "openai"
     typical_start_s = 0.0  # servediff does not start it
-    capabilities: ClassVar[frozenset[str]] = frozenset({"score", "generate", "stream", "version"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {"score", "generate", "stream", "version"})
     options_model = ExternalOptions
 
     @classmethod

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from servediff.engines.base import (
+    Capability,
     EngineAdapter,
     EngineInfo,
     EngineOptions,
@@ -91,7 +92,7 @@ class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
     # healthy well under a second after start for SmolLM2 on a CPU
     typical_start_s = 2.0
-    capabilities: ClassVar[frozenset[str]] = frozenset(
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {"score", "generate", "stream", "capacity", "version", "reload"}
     )
     options_model = LlamaCppOptions

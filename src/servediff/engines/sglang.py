@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal
 from servediff import gpu
 from servediff.caches import SGLANG
 from servediff.engines.base import (
+    Capability,
     EngineAdapter,
     EngineInfo,
     EngineOptions,
@@ -154,7 +155,7 @@ class SglangAdapter(EngineAdapter):
     name = "sglang"
     # measured on a 2-core AMD EPYC, SmolLM2-135M float32: ready in 22 to 24 s (2026-12-02)
     typical_start_s = 30.0
-    capabilities: ClassVar[frozenset[str]] = frozenset(
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {"score", "generate", "stream", "capacity", "version", "reload"}
     )
     default_command: ClassVar[list[str]] = [

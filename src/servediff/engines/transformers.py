@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from servediff.caches import TORCH
-from servediff.engines.base import EngineInfo, EngineOptions, has_module
+from servediff.engines.base import Capability, EngineInfo, EngineOptions, has_module
 from servediff.engines.completions import CompletionsAdapter
 from servediff.engines.transport import EngineClient
 
@@ -46,7 +46,8 @@ class TransformersAdapter(CompletionsAdapter):
     # 3-5 s for SmolLM2-135M on a 2-core CPU (the demo), 12-19 s for a 1.7B model on an
     # H200 (docs/validation/h200-transformers-cost)
     typical_start_s = 10.0
-    capabilities: ClassVar[frozenset[str]] = frozenset({"score", "generate", "version", "reload"})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {"score", "generate", "version", "reload"})
     options_model = TransformersOptions
     default_command: ClassVar[list[str]] = [
         sys.executable, "-m", "servediff.engines.hf_server",

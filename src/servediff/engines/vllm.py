@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from servediff.caches import VLLM
 from servediff.engines.base import (
+    Capability,
     EngineInfo,
     EngineOptions,
     LaunchSpec,
@@ -96,7 +97,7 @@ class VllmAdapter(CompletionsAdapter):
     name = "vllm"
     # torch.compile and CUDA graphs at start: about a minute and a half, CPU or GPU
     typical_start_s = 90.0
-    capabilities: ClassVar[frozenset[str]] = frozenset(
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {"score", "generate", "stream", "capacity", "version", "metrics", "reload"}
     )
     hub_revision_flag = "--revision"

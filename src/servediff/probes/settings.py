@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Protocol
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from servediff.engines import registry
+from servediff.engines.base import Capability
 from servediff.evidence import Phase
 
 # section in the plan -> the probe's class; the order is the order its cells run in a load:
@@ -60,7 +61,7 @@ class ProbeSettings(BaseModel):
     def check(self, plan: PlanShape) -> None:
         """Raise ValueError where these settings do not fit the rest of the plan."""
 
-    def refused(self, engine: str, capabilities: Set[str]) -> str | None:
+    def refused(self, engine: str, capabilities: Set[Capability]) -> str | None:
         """Why an engine with these capabilities cannot run the probe as set (a line that
         names the setting), or None where it can."""
         return None

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from servediff.engines.base import Generated, Streamed
+from servediff.engines.base import Capability, Generated, Streamed
 from servediff.errors import EngineError
 from servediff.evidence import SpeedSample
 from servediff.plan import Plan
@@ -85,7 +85,7 @@ class SpeedSettings(ProbeSettings):
             raise ValueError("requests and request_rate are settings of mode = \"steady\"")
         return self
 
-    def refused(self, engine: str, capabilities: Set[str]) -> str | None:
+    def refused(self, engine: str, capabilities: Set[Capability]) -> str | None:
         if self.on() and self.mode == "steady" and "stream" not in capabilities:
             return (f"probes.speed.mode: \"steady\" needs streamed tokens, and engine "
                     f"{engine!r} does not stream; use mode = \"burst\"")
