@@ -16,20 +16,8 @@ from importlib import resources
 from typing import Any
 
 from servediff import probes
+from servediff.engines import registry
 from servediff.plan import ProbesSpec
-
-# A baseline and a candidate per engine: the candidate is the kind of flag people
-# change and want to know the cost and drift of. The user replaces it.
-EXAMPLE_ARMS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
-    "transformers": ({}, {"options": {"attn_implementation": "eager"}},
-                     "eager attention instead of sdpa"),
-    "vllm": ({}, {"args": ["--enforce-eager"]},
-             "no CUDA graphs or torch.compile"),
-    "sglang": ({}, {"args": ["--enable-deterministic-inference"]},
-               "SGLang's deterministic mode"),
-    "llamacpp": ({"args": ["-fa", "off"]}, {"args": ["-fa", "on"]}, "flash attention on"),
-}
-
 
 
 def toml_value(value: Any) -> str:
@@ -66,7 +54,8 @@ def comments(header: list[str]) -> str:
 
 
 def plan_text(engine: str, model: str, name: str, small: bool) -> str:
-    base, candidate, what = EXAMPLE_ARMS.get(engine, ({}, {"args": []}, "the flag under test"))
+    adapter = registry.create(engine)
+    base, candidate, what = adapter.example_arms
     lines = [
         "",
         f"name = {toml_value(name)}",
@@ -78,17 +67,8 @@ def plan_text(engine: str, model: str, name: str, small: bool) -> str:
         "cost_loads_per_arm = 2",
         "",
     ]
-    if engine == "transformers":
-        lines += [
-            "[engine_options]",
-            "device = \"auto\"",
-            "# bfloat16 where the device computes it natively, else float32",
-            "dtype = \"auto\"",
-        ]
-        if small:
-            lines += ["# a shorter context than the model's own keeps the sweep short",
-                      "max_model_len = 2048"]
-        lines.append("")
+    if options := adapter.example_options(small):
+        lines += ["[engine_options]", *options, ""]
     lines += ["# The arms: the engine as you run it now, and the change you want to judge.",
               "[arms.baseline]"]
     lines += [f"{k} = {toml_value(v)}" for k, v in base.items()]

@@ -142,3 +142,12 @@ def test_a_random_pattern_names_no_boundary_and_no_shape():
     # the shape test's bound under chance is 5 %; six or more moved texts all past 300
     # by chance is rarer still
     assert hints <= 0.05 * 200 and shapes <= 0.05 * 200, (hints, shapes)
+
+
+def test_an_engine_no_adapter_records_has_no_shapes():
+    # the sizes are the adapter's facts: a record of an engine servediff has no adapter for
+    # (or an older record without a name) names none, whatever its command says
+    assert engine_shapes(launch(["llama-server", "-ub", "256"], {"version": {}})) \
+        == EngineShapes()
+    assert engine_shapes(launch([], {"version": {"engine": "tgi"}, "shapes":
+                                     "padded to length buckets from 128"})) == EngineShapes()

@@ -19,12 +19,16 @@ from __future__ import annotations
 import importlib.util
 import shutil
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from servediff.engines.transport import EngineClient
+
+if TYPE_CHECKING:
+    from servediff.evidence import Launch
 
 # What an adapter can do (the module's docstring says each); a probe or a plan asks for one
 Capability = Literal["score", "generate", "stream", "capacity", "version", "metrics", "reload"]
@@ -114,6 +118,19 @@ def has_module(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
+def flag_values(command: Sequence[str], names: Mapping[str, str]) -> dict[str, int]:
+    """The whole-number values a command gives its flags (`-f N` or `-f=N`), by the name
+    each flag sets; the last one given wins, as with the engines' own parsers."""
+    found: dict[str, int] = {}
+    for i, part in enumerate(command):
+        flag, _, value = part.partition("=")
+        if flag in names:
+            value = value or (command[i + 1] if i + 1 < len(command) else "")
+            if value.isdigit():
+                found[names[flag]] = int(value)
+    return found
+
+
 class EngineAdapter(ABC):
     """What servediff needs of an engine: how to launch it, read what it reports, tokenize,
     score and generate. Transport, retries and timing are the base's; an adapter builds
@@ -144,6 +161,30 @@ class EngineAdapter(ABC):
     # Why scoring requests are left out of the concurrency probe, when one score costs
     # far more than one request (llama-server's one request per position).
     concurrent_scoring_gap: ClassVar[str | None] = None
+    # The engine's name in what `info` records (a launch record's `version.engine`), where
+    # it is not `name`: the analysis finds a launch record's adapter by it.
+    recorded_name: ClassVar[str | None] = None
+    # `servediff init`'s example arms: a baseline, a candidate with the kind of flag people
+    # change and want to know the cost and drift of, and what the candidate changes.
+    example_arms: ClassVar[tuple[dict[str, Any], dict[str, Any], str]] = (
+        {}, {"args": []}, "the flag under test")
+
+    def example_options(self, small: bool) -> list[str]:
+        """The `[engine_options]` lines (TOML, with comments) `servediff init` writes; none
+        by default. `small`: a plan sized for a laptop CPU."""
+        return []
+
+    def prompt_sizes(self, launch: Launch) -> dict[str, int]:
+        """The token sizes this launch computed a long prompt in (a prompt chunk, a
+        micro-batch), by the engine's own names, from its command, environment and what it
+        reported at start; none for an engine that does not split prompts or does not say
+        (analysis/boundaries.py)."""
+        return {}
+
+    def bucket_floor(self, launch: Launch) -> int | None:
+        """The smallest length bucket of a launch that pads prompts to buckets (None: it
+        computes each prompt as sent)."""
+        return None
 
     def launch(self, template: list[str] | None, model: str, host: str, port: int,
                args: list[str], options: EngineOptions) -> LaunchSpec:

@@ -38,10 +38,12 @@ from servediff.engines.base import (
     Generated,
     LaunchSpec,
     Scored,
+    flag_values,
 )
 from servediff.engines.rows import Position, judge, shape
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError
+from servediff.evidence import Launch
 from servediff.models import cache_root
 
 FORCE_BIAS = 1000.0
@@ -86,10 +88,20 @@ def parse_position(body: Any) -> tuple[Position, int | None]:
         return Position(None, math.log(float(probs[0]["prob"]))), evaluated
 
 
+# llama.cpp's defaults (common/common.h): a logical batch of 2,048, a micro-batch of 512;
+# the flags and environment variables that set them
+LLAMA_BATCH, LLAMA_UBATCH = 2048, 512
+LLAMA_FLAGS = {"-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch",
+               "--ubatch-size": "n_ubatch"}
+LLAMA_ENV = {"LLAMA_ARG_BATCH": "n_batch", "LLAMA_ARG_UBATCH": "n_ubatch"}
+
+
 class LlamaCppAdapter(EngineAdapter):
     """llama.cpp's llama-server: teacher-forced scores from `/completion` with `n_probs`."""
 
     name = "llamacpp"
+    recorded_name = "llama.cpp"
+    example_arms = ({"args": ["-fa", "off"]}, {"args": ["-fa", "on"]}, "flash attention on")
     # healthy well under a second after start for SmolLM2 on a CPU
     typical_start_s = 2.0
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
@@ -111,6 +123,16 @@ class LlamaCppAdapter(EngineAdapter):
     default_command: ClassVar[list[str]] = [
         "llama-server", "-m", "{model}", "--host", "{host}", "--port", "{port}",
     ]
+
+    def prompt_sizes(self, launch: Launch) -> dict[str, int]:
+        found: dict[str, int] = {"n_batch": LLAMA_BATCH, "n_ubatch": LLAMA_UBATCH}
+        for key, name in LLAMA_ENV.items():
+            if key in launch.env_diff and launch.env_diff[key].isdigit():
+                found[name] = int(launch.env_diff[key])
+        found.update(flag_values(launch.command, LLAMA_FLAGS))
+        # llama.cpp takes the micro-batch no larger than the batch
+        found["n_ubatch"] = min(found["n_ubatch"], found["n_batch"])
+        return found
 
     @staticmethod
     def built() -> Path:
@@ -142,7 +164,7 @@ class LlamaCppAdapter(EngineAdapter):
         n_ctx = settings.get("n_ctx", props.get("n_ctx"))
         slots = props.get("total_slots")
         return EngineInfo(
-            version={"engine": "llama.cpp", "build": props.get("build_info")},
+            version={"engine": self.recorded_name, "build": props.get("build_info")},
             bos_token_id=None,
             max_model_len=n_ctx,
             capacity={"n_ctx_per_slot": n_ctx, "total_slots": slots,

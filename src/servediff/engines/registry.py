@@ -6,6 +6,8 @@ Adding an engine is one adapter module plus its line here.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from servediff.errors import PlanError
@@ -40,3 +42,18 @@ def create(name: str) -> EngineAdapter:
         raise PlanError(f"unknown engine {name!r}; known engines: {known()}") from None
     adapter: EngineAdapter = instance(target)
     return adapter
+
+
+def of_record(engine: Mapping[str, Any]) -> EngineAdapter | None:
+    """The adapter that wrote a launch record's `engine` (what its `info` reported), found
+    by the name it records; None for a name no registered adapter records."""
+    version = engine.get("version")
+    name = str((version.get("engine") if isinstance(version, dict) else None)
+               or engine.get("engine") or "")
+    return _recorded(tuple(ENGINES.items())).get(name)
+
+
+@cache
+def _recorded(entries: tuple[tuple[str, str], ...]) -> dict[str, EngineAdapter]:
+    adapters: list[EngineAdapter] = [instance(entry) for _, entry in entries]
+    return {a.recorded_name or a.name: a for a in adapters}

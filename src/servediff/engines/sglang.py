@@ -44,6 +44,7 @@ from servediff.engines.completions import first_model, tokenize
 from servediff.engines.rows import Position, judge, shape
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError, EngineStartError
+from servediff.evidence import Launch
 from servediff.models import cache_root
 
 # SGLang's CPU path: the flags and environment a launch on a machine without a GPU gets.
@@ -153,6 +154,8 @@ class SglangAdapter(EngineAdapter):
     pool and radix cache, and its CPU path (docs/engines.md)."""
 
     name = "sglang"
+    example_arms = ({}, {"args": ["--enable-deterministic-inference"]},
+                    "SGLang's deterministic mode")
     # measured on a 2-core AMD EPYC, SmolLM2-135M float32: ready in 22 to 24 s (2026-12-02)
     typical_start_s = 30.0
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
@@ -173,6 +176,12 @@ class SglangAdapter(EngineAdapter):
     }
     caveat = ("on a CPU: torch_native attention with an import-only sgl_kernel stand-in; "
               "no sgl_kernel ops, FlashInfer, CUDA graphs or deterministic inference")
+
+    def prompt_sizes(self, launch: Launch) -> dict[str, int]:
+        tokens = (launch.engine.get("server_info") or {}).get("chunked_prefill_size")
+        # -1: chunked prefill off
+        return {"chunked_prefill_size": tokens} if isinstance(tokens, int) and tokens > 0 \
+            else {}
 
     @classmethod
     def locate(cls) -> str | None:

@@ -6,6 +6,7 @@ Launches `python -m servediff.engines.hf_server`; speaks the vLLM dialect
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, ClassVar, Literal
 
@@ -15,6 +16,7 @@ from servediff.caches import TORCH
 from servediff.engines.base import Capability, EngineInfo, EngineOptions, has_module
 from servediff.engines.completions import CompletionsAdapter
 from servediff.engines.transport import EngineClient
+from servediff.evidence import Launch
 
 
 class TransformersOptions(EngineOptions):
@@ -39,10 +41,16 @@ class TransformersOptions(EngineOptions):
     batch_window_ms: float = Field(default=5.0, ge=0, le=1000)
 
 
+BUCKETS_FROM = re.compile(r"buckets from (\d+)")
+
+
 class TransformersAdapter(CompletionsAdapter):
     """The embedded engine (hf_server.py): HF transformers behind the completions dialect."""
 
     name = "transformers"
+    recorded_name = "servediff-transformers"
+    example_arms = ({}, {"options": {"attn_implementation": "eager"}},
+                    "eager attention instead of sdpa")
     # 3-5 s for SmolLM2-135M on a 2-core CPU (the demo), 12-19 s for a 1.7B model on an
     # H200 (docs/validation/h200-transformers-cost)
     typical_start_s = 10.0
@@ -56,6 +64,19 @@ class TransformersAdapter(CompletionsAdapter):
     # The embedded server serves one model and takes any name.
     served = "default"
     caches = TORCH
+
+    def example_options(self, small: bool) -> list[str]:
+        return ["device = \"auto\"",
+                "# bfloat16 where the device computes it natively, else float32",
+                "dtype = \"auto\"",
+                *(["# a shorter context than the model's own keeps the sweep short",
+                   "max_model_len = 2048"] if small else [])]
+
+    def bucket_floor(self, launch: Launch) -> int | None:
+        # the embedded engine says how it pads: "... length buckets from 128"
+        found = BUCKETS_FROM.search(str(launch.engine.get("shapes") or ""))
+        return int(found.group(1)) if found else None
+
     @classmethod
     def locate(cls) -> str | None:
         return "this Python environment" if has_module("torch") and has_module(

@@ -23,11 +23,13 @@ from servediff.engines.base import (
     EngineOptions,
     LaunchSpec,
     fill_template,
+    flag_values,
     has_module,
 )
 from servediff.engines.completions import CompletionsAdapter, first_model
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError, EngineStartError
+from servediff.evidence import Launch
 from servediff.models import cache_root
 
 KV_LINE = re.compile(r"(GPU|CPU) KV cache size:\s*([\d,]+)\s*tokens")
@@ -95,6 +97,7 @@ class VllmAdapter(CompletionsAdapter):
     """vLLM's OpenAI server: prompt logprobs from `/v1/completions`, its own start-up log."""
 
     name = "vllm"
+    example_arms = ({}, {"args": ["--enforce-eager"]}, "no CUDA graphs or torch.compile")
     # torch.compile and CUDA graphs at start: about a minute and a half, CPU or GPU
     typical_start_s = 90.0
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
@@ -118,6 +121,15 @@ class VllmAdapter(CompletionsAdapter):
         "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}",
         "--host", "{host}", "--port", "{port}",
     ]
+
+    def prompt_sizes(self, launch: Launch) -> dict[str, int]:
+        # what its log said, else the arm's flag (a server that started with a chunk below
+        # its context chunks: without chunked prefill vLLM refuses such a size)
+        tokens = launch.startup.get("max_num_batched_tokens") or flag_values(
+            launch.command, {"--max-num-batched-tokens": "max_num_batched_tokens"}).get(
+                "max_num_batched_tokens")
+        return {"max_num_batched_tokens": tokens} if isinstance(tokens, int) and tokens > 0 \
+            else {}
 
     @staticmethod
     def environment() -> Path:
