@@ -208,7 +208,7 @@ class PrefixSample(Raw):
     error: str | None = None
 
 
-# The probe names of cells: the registry's (probes/__init__.py); the score probe's cells
+# The probe names of cells: the registry's (probes/settings.py); the repeat probe's cells
 # are "score", "repeat" and "batch".
 ProbeName = str
 Phase = Literal["drift", "cost"]

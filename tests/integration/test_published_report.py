@@ -15,8 +15,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from servediff.packet import schema
-from servediff.registry_packet import schema as registry_schema
+from servediff.packet.evidence import schema
+from servediff.packet.registry import schema as registry_schema
 from servediff.report.plots import moved_comparisons
 from tests.integration.browser import render
 from tests.integration.engines import (

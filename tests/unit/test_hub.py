@@ -12,7 +12,7 @@ from servediff import hub, models
 from servediff.errors import InputError
 from servediff.evidence import ModelSource
 from servediff.launch import hub_args
-from servediff.packet import target_revision
+from servediff.packet.evidence import target_revision
 from servediff.report.table import model_name
 from tests import hubcache
 from tests.engines.fake import FakeLauncher

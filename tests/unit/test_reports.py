@@ -15,9 +15,9 @@ from servediff.bundle import read_evidence, write_manifest
 from servediff.cli import main
 from servediff.derived import write_derived
 from servediff.errors import InputError
-from servediff.packet import build, schema, target_revision
-from servediff.registry_packet import registry_packet
-from servediff.registry_packet import schema as registry_schema
+from servediff.packet.evidence import build, schema, target_revision
+from servediff.packet.registry import registry_packet
+from servediff.packet.registry import schema as registry_schema
 from tests.fixtures.bundles import Launch, Layout, Stop, write_load
 from tests.unit.test_verdict import north_star
 

@@ -114,30 +114,31 @@ def test_the_plan_scale_section_is_checked():
 def test_a_cost_load_has_its_node_to_itself():
     from collections import deque
 
-    from servediff.scale.ray_run import Room, node_allows
+    from servediff.scale.ray_run import Placement, node_allows
 
     class Job:
         def __init__(self, phase: str) -> None:
             self.phase = phase
 
-    def room(node: str, running: str | None = None, waits: str | None = None) -> Room:
-        it = Room(arms=["a"], loads=deque([("a", 1, waits)] if waits else []), node=node)
+    def placement(node: str, running: str | None = None, waits: str | None = None) -> Placement:
+        it = Placement(arms=["a"], loads=deque([("a", 1, waits)] if waits else []), node=node)
         if running is not None:
             it.ref, it.job = object(), Job(running)  # type: ignore[assignment]
         return it
 
-    me = room("n1")
+    me = placement("n1")
     # another comparison's drift load on the same node: a drift load may join, a cost
     # load waits; on another node, both may start
-    same = [me, room("n1", "drift"), room("n2", "cost")]
+    same = [me, placement("n1", "drift"), placement("n2", "cost")]
     assert node_allows("drift", me, same) and not node_allows("cost", me, same)
     # beside a running cost load nothing starts
-    beside_cost = [me, room("n1", "cost")]
+    beside_cost = [me, placement("n1", "cost")]
     assert not node_allows("drift", me, beside_cost) and not node_allows("cost", me, beside_cost)
-    # alone on its node (or with idle rooms) a cost load starts
-    assert node_allows("cost", me, [me, room("n1"), room("n2", "drift")])
+    # alone on its node (or with idle placements) a cost load starts
+    assert node_allows("cost", me, [me, placement("n1"), placement("n2", "drift")])
     # a cost load waiting on the node holds back new drift loads there (not elsewhere), and
-    # two rooms that both wait for a cost load do not hold each other back
-    waiting = [me, room("n1", waits="cost")]
+    # two placements that both wait for a cost load do not hold each other back
+    waiting = [me, placement("n1", waits="cost")]
     assert not node_allows("drift", me, waiting) and node_allows("cost", me, waiting)
-    assert node_allows("drift", me, [me, room("n2", waits="cost"), room("n1", waits="drift")])
+    assert node_allows("drift", me, [me, placement("n2", waits="cost"),
+                                     placement("n1", waits="drift")])

@@ -40,7 +40,7 @@ from servediff.analysis.findings import (
 from servediff.bundle import Evidence, Layout
 from servediff.evidence import Cell, RequestKind, load_name
 from servediff.probes.concurrency import ConcurrencySettings
-from servediff.probes.score import RepeatSettings
+from servediff.probes.repeat import RepeatSettings
 
 
 def scores_of(cell: Cell) -> dict[str, TextScore]:

@@ -11,8 +11,8 @@ from servediff.bundle import verify
 from servediff.cli.console import out
 from servediff.derived import write_derived
 from servediff.errors import InputError
-from servediff.packet import build
-from servediff.registry_packet import registry_packet
+from servediff.packet.evidence import build
+from servediff.packet.registry import registry_packet
 
 
 @click.command()

@@ -46,7 +46,7 @@ def by_section(section: str) -> Probe[Any]:
 
 
 def by_cell(probe_name: str) -> Probe[Any]:
-    """The probe that measures cells of this probe name ("batch": the score probe)."""
+    """The probe that measures cells of this probe name ("batch": the repeat probe)."""
     for probe in ordered():
         if probe_name in probe.names:
             return probe

@@ -65,7 +65,7 @@ class Probe(ABC, Generic[S]):
 
     # Its settings model (whose `section` names the probe in the plan and the registry,
     # and whose `phase` is the phase of load it runs in), the probe names of the cells it
-    # measures (the score probe also measures its repeats and batch-size passes), one line
+    # measures (the repeat probe also measures its repeats and batch-size passes), one line
     # for `servediff init` and what the report's "not tested" list calls it.
     settings: ClassVar[type[ProbeSettings]]
     names: ClassVar[tuple[str, ...]]

@@ -26,7 +26,7 @@ from servediff.evidence import Phase
 # drift probes, then cost probes; within the cost phase speed runs first, before anything
 # long can hurt the engine, and the sweep, which may kill it, last
 PROBES: dict[str, str] = {
-    "repeat": "servediff.probes.score:ScoreProbe",
+    "repeat": "servediff.probes.repeat:RepeatProbe",
     "concurrency": "servediff.probes.concurrency:ConcurrencyProbe",
     "generate": "servediff.probes.generate:GenerateProbe",
     "speed": "servediff.probes.speed:SpeedProbe",

@@ -1,4 +1,7 @@
-"""`servediff run PLAN --ray ADDRESS`: a plan's loads on a Ray cluster, one room per comparison.
+"""`servediff run PLAN --ray ADDRESS`: a plan's loads on a Ray cluster, a placement per comparison.
+
+A placement is a comparison's Ray placement group and the node it landed on; the machine
+itself is a `room.Room`, named in every launch the placement runs.
 
 Each comparison (a group of arms, `plan.comparisons`) gets a placement group
 of one bundle (the CPU slots and GPUs one load needs) on one node: its loads
@@ -85,12 +88,12 @@ def check_resources(ray: Any, cpus: float, gpus: float) -> None:
                          f"cluster has that ({have})")
 
 
-def node_allows(phase: Phase, room: Room, rooms: list[Room]) -> bool:
-    """Whether a load of `phase` may start in `room` now: a cost load only on a node where
-    nothing else runs, and nothing beside a running cost load. A cost load waiting for its
+def node_allows(phase: Phase, placement: Placement, placements: list[Placement]) -> bool:
+    """Whether a load of `phase` may start in `placement` now: a cost load only on a node
+    where nothing else runs, and nothing beside a running cost load. A cost load waiting for its
     node holds back other drift loads there, so that the node empties for it (else a busy
     neighbour would start load after load and push every cost load to the end)."""
-    others = [x for x in rooms if x is not room and x.node == room.node]
+    others = [x for x in placements if x is not placement and x.node == placement.node]
     running = [x for x in others if x.ref is not None]
     if phase == "cost":
         return not running
@@ -99,8 +102,8 @@ def node_allows(phase: Phase, room: Room, rooms: list[Room]) -> bool:
 
 
 @dataclass
-class Room:
-    """One comparison: its arms, its loads still to run, its room and what runs there."""
+class Placement:
+    """One comparison: its arms, its loads still to run, its placement and what runs there."""
 
     arms: list[str]
     loads: deque[tuple[str, int, Phase]]
@@ -108,7 +111,7 @@ class Room:
     node: str | None = None
     job: LoadJob | None = None
     ref: Any = None
-    # whether the policy let the room's next load start; launches of it in a row that
+    # whether the policy let the placement's next load start; launches of it in a row that
     # measured nothing; the load's progress when its running launch began
     started: bool = False
     unproductive: int = 0
@@ -116,7 +119,8 @@ class Room:
     node_class: dict[str, float] = field(default_factory=dict)
 
     def waiting(self) -> Phase | None:
-        """The phase of the load this room waits to start (None: it runs one, or is done)."""
+        """The phase of the load this placement waits to start (None: it runs one, or is
+        done)."""
         return self.loads[0][2] if self.ref is None and self.loads else None
 
 
@@ -138,7 +142,7 @@ class RayRunner(Runner):
         super().run()
 
     def measure(self, pending: list[tuple[str, int, Phase]]) -> None:
-        """Run the pending loads on the cluster: each comparison's in its own room, in the
+        """Run the pending loads on the cluster: each comparison's in its own placement, in the
         schedule's order, the comparisons side by side."""
         context, plan, ray = self.context, self.context.plan, self.ray
         from ray.util.placement_group import placement_group, remove_placement_group
@@ -147,91 +151,93 @@ class RayRunner(Runner):
         self.run_id = f"{lock(plan, context.corpus).sha256[:12]}-{uuid.uuid4().hex[:8]}"
         self.remote_load = ray.remote(max_retries=0)(worker.run_load)
         self.remote_reap = ray.remote(max_retries=0, num_cpus=0)(worker.reap)
-        rooms = [Room(arms=g, loads=deque(x for x in pending if x[0] in g))
+        placements = [Placement(arms=g, loads=deque(x for x in pending if x[0] in g))
                  for g in plan.groups()]
-        rooms = [room for room in rooms if room.loads]
+        placements = [placement for placement in placements if placement.loads]
         bundle = bundle_for(scale.cpus_per_load, scale.gpus_per_load)
-        for room in rooms:
-            room.group = placement_group([bundle], strategy="STRICT_PACK")
+        for placement in placements:
+            placement.group = placement_group([bundle], strategy="STRICT_PACK")
         try:
-            while any(room.loads for room in rooms):
-                for room in rooms:
-                    self.dispatch(ray, room, rooms)
-                refs = [room.ref for room in rooms if room.ref is not None]
+            while any(placement.loads for placement in placements):
+                for placement in placements:
+                    self.dispatch(ray, placement, placements)
+                refs = [placement.ref for placement in placements if placement.ref is not None]
                 if not refs:
-                    time.sleep(0.2)  # waiting for a room
+                    time.sleep(0.2)  # waiting for a placement
                     continue
                 done, _ = ray.wait(refs, num_returns=1, timeout=1.0)
-                for room in rooms:
-                    if room.ref is not None and room.ref in done:
-                        self.collect(ray, room, bundle, placement_group,
+                for placement in placements:
+                    if placement.ref is not None and placement.ref in done:
+                        self.collect(ray, placement, bundle, placement_group,
                                      remove_placement_group)
         except BaseException as exc:
             # Ctrl-C, or a refusal (a busy machine) that ends the run: the other remote
             # loads are cancelled, their engines stopped and recorded, before it ends
-            self.cancel(ray, rooms, "interrupted: servediff was stopped (SIGINT or SIGTERM)"
+            self.cancel(ray, placements, "interrupted: servediff was stopped (SIGINT or SIGTERM)"
                         if isinstance(exc, KeyboardInterrupt) else
                         f"cancelled: the run stopped ({exc})")
             raise
         finally:
-            for room in rooms:
-                if room.group is not None:
-                    remove_placement_group(room.group)
+            for placement in placements:
+                if placement.group is not None:
+                    remove_placement_group(placement.group)
 
-    def dispatch(self, ray: Any, room: Room, rooms: list[Room]) -> None:
-        """Start the room's next load once Ray has placed the room and its node allows it."""
+    def dispatch(self, ray: Any, placement: Placement, placements: list[Placement]) -> None:
+        """Start the placement's next load once Ray has placed its group and its node allows
+        it."""
         from ray.util.placement_group import placement_group_table, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         policy = self.policy
-        while room.ref is None and room.loads:
-            arm, load, phase = room.loads[0]
+        while placement.ref is None and placement.loads:
+            arm, load, phase = placement.loads[0]
             todo = policy.todo(arm, load, phase)
-            if not room.started:
-                room.started, room.unproductive = policy.may_start(arm, load, phase), 0
-            if not room.started or not policy.again(todo, room.unproductive):
-                room.loads.popleft()
-                if room.started:
+            if not placement.started:
+                placement.started, placement.unproductive = policy.may_start(arm, load, phase), 0
+            if not placement.started or not policy.again(todo, placement.unproductive):
+                placement.loads.popleft()
+                if placement.started:
                     policy.finished(arm, load, phase)
-                room.started = False
-                if not room.loads:  # a finished comparison gives its room back
-                    remove_placement_group(room.group)
-                    room.group = None
+                placement.started = False
+                if not placement.loads:  # a finished comparison gives its placement back
+                    remove_placement_group(placement.group)
+                    placement.group = None
                 continue
-            if room.node is None:
-                # the room is ready once Ray has reserved its bundle on a node
-                table = placement_group_table(room.group)
+            if placement.node is None:
+                # the placement is ready once Ray has reserved its bundle on a node
+                table = placement_group_table(placement.group)
                 if table.get("state") != "CREATED":
                     return
-                room.node = table["bundles_to_node_id"][0]
-                # its class, read while the node is alive: a lost node's room moves to one
+                placement.node = table["bundles_to_node_id"][0]
+                # its class, read while the node is alive: a lost node's placement moves to one
                 # of the same GPU model
-                room.node_class = room.node_class or self.node_class(ray, room.node)
-            if not node_allows(phase, room, rooms):
+                placement.node_class = placement.node_class or self.node_class(ray, placement.node)
+            if not node_allows(phase, placement, placements):
                 return  # a cost load has its node to itself
-            room.job = LoadJob(plan=self.context.plan, corpus=self.context.corpus, arm=arm,
+            placement.job = LoadJob(plan=self.context.plan, corpus=self.context.corpus, arm=arm,
                                load=load, phase=phase, todo=todo,
                                base_dir=str(self.base_dir.resolve()), run_id=self.run_id,
                                seeds=self.seeds(arm, load, phase, todo))
-            room.before = policy.progress(todo)
+            placement.before = policy.progress(todo)
             self.context.observer.load_starting(
                 arm, load, len(self.context.load_record(arm, load, phase).launches) + 1, phase)
             scale = self.context.plan.scale
-            room.ref = self.remote_load.options(
+            placement.ref = self.remote_load.options(
                 num_cpus=scale.cpus_per_load, num_gpus=scale.gpus_per_load,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    room.group, placement_group_bundle_index=0)).remote(room.job)
+                    placement.group, placement_group_bundle_index=0)).remote(placement.job)
 
     def seeds(self, arm: str, load: int, phase: Phase, todo: list[Any]) -> dict[str, bytes]:
         """What the bundle holds of the load so far, for the worker's scratch directory."""
         return worker.collect(self.layout.root, load_name(arm, load, phase), todo)
 
-    def collect(self, ray: Any, room: Room, bundle: dict[str, float], placement_group: Any,
+    def collect(self, ray: Any, placement: Placement, bundle: dict[str, float],
+                placement_group: Any,
                 remove_placement_group: Any) -> None:
         """Merge a finished (or lost) load into the bundle and decide what runs next."""
-        job, ref = room.job, room.ref
+        job, ref = placement.job, placement.ref
         assert job is not None
-        room.ref = room.job = None
+        placement.ref = placement.job = None
         error: ServediffError | None = None
         try:
             result: LoadResult = ray.get(ref)
@@ -239,32 +245,33 @@ class RayRunner(Runner):
             cause = exc.cause
             if isinstance(cause, ServediffError):
                 error = cause
-            result = self.lost(ray, room, job, f"the load's worker failed: {cause!r}")
+            result = self.lost(ray, placement, job, f"the load's worker failed: {cause!r}")
         except ray.exceptions.RayError as exc:
-            result = self.lost(ray, room, job, "the Ray worker running this load was lost "
+            result = self.lost(ray, placement, job, "the Ray worker running this load was lost "
                                f"({type(exc).__name__})")
-            if result.node == "" and room.node is not None:
-                # the node is gone: a new room of the same class for the rest
-                remove_placement_group(room.group)
-                room.group = placement_group([{**bundle, **room.node_class}],
+            if result.node == "" and placement.node is not None:
+                # the node is gone: a new placement of the same class for the rest
+                remove_placement_group(placement.group)
+                placement.group = placement_group([{**bundle, **placement.node_class}],
                                              strategy="STRICT_PACK")
-                room.node = None
+                placement.node = None
         self.merge(job, result)
         if error is not None:
             raise error
-        room.unproductive = self.policy.after_launch(room.before, job.todo, room.unproductive)
+        placement.unproductive = self.policy.after_launch(placement.before, job.todo,
+                                                          placement.unproductive)
 
-    def lost(self, ray: Any, room: Room, job: LoadJob, why: str) -> LoadResult:
+    def lost(self, ray: Any, placement: Placement, job: LoadJob, why: str) -> LoadResult:
         """Stop and record what is left of the load on its node; an empty result with no
         node when the node cannot be reached."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.context.observer.note(f"{job.name}: {why}")
-        if room.node is None:
+        if placement.node is None:
             return LoadResult(files={}, node="")
         try:
             found: LoadResult = ray.get(self.remote_reap.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(room.node, soft=False)
+                scheduling_strategy=NodeAffinitySchedulingStrategy(placement.node, soft=False)
             ).remote(job, why), timeout=300)
             return found
         except ray.exceptions.RayError as exc:
@@ -275,7 +282,7 @@ class RayRunner(Runner):
             now = time.time()
             record.launches.append(Launch(
                 attempt=len(record.launches) + 1, command=[], env_diff={}, options={},
-                host="", port=0, pid=0, started_at=now, finished_at=now, node=room.node,
+                host="", port=0, pid=0, started_at=now, finished_at=now, node=placement.node,
                 error=f"{why}; its node cannot be reached, so its engine could not be "
                       "checked or stopped by servediff"))
             self.context.write_load(record)
@@ -313,12 +320,12 @@ class RayRunner(Runner):
         for name, seconds in result.cells:
             observer.cell_finished(name, seconds)
 
-    def cancel(self, ray: Any, rooms: list[Room], why: str) -> None:
+    def cancel(self, ray: Any, placements: list[Placement], why: str) -> None:
         """Ctrl-C: cancel the remote loads, then stop and record their engines."""
-        running = [room for room in rooms if room.ref is not None]
-        for room in running:
-            ray.cancel(room.ref, force=True)
-        for room in running:
-            assert room.job is not None
-            self.merge(room.job, self.lost(ray, room, room.job, why))
+        running = [placement for placement in placements if placement.ref is not None]
+        for placement in running:
+            ray.cancel(placement.ref, force=True)
+        for placement in running:
+            assert placement.job is not None
+            self.merge(placement.job, self.lost(ray, placement, placement.job, why))
 

@@ -1,4 +1,5 @@
-"""The score probe: every corpus text teacher-forced, then again within the same load.
+"""The repeat probe (`[probes.repeat]`): every corpus text teacher-forced, then again
+within the same load.
 
 Cells: `score` (the first pass), `repeat` r1..rN (the same texts again, in a
 shuffled order by default) and `batch` bB (the same texts scored B to a
@@ -77,7 +78,7 @@ def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
         yield items[i:i + size]
 
 
-class ScoreProbe(Probe[RepeatSettings]):
+class RepeatProbe(Probe[RepeatSettings]):
     """Every text teacher-forced, then again in the same load (repeats, batch sizes)."""
 
     settings = RepeatSettings

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 from servediff import __version__
 from servediff.analysis.findings import Summary
 from servediff.bundle import read_lock
-from servediff.packet import EvidencePacket
+from servediff.packet.evidence import EvidencePacket
 from servediff.scrub import policy, scrub_tree
 from servediff.trapfields import Applicability
 
