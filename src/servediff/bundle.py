@@ -97,7 +97,28 @@ class Layout:
         return self.root / self.load_ref(name)
 
     def log(self, name: str) -> Path:
-        return self.root / "logs" / f"{name}.log"
+        return self.logs / f"{name}.log"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def damaged(self, name: str) -> Path:
+        """Where a cell file that is not a whole cell is moved aside, to be measured again."""
+        return self.root / ".damaged" / name
+
+    def loads(self) -> list[Path]:
+        """Every load record, in name order."""
+        return sorted((self.root / "loads").glob("*.json"))
+
+    def cells(self) -> list[Path]:
+        """Every complete cell, in name order."""
+        return sorted((self.root / "cells").glob("*.json"))
+
+    def partials(self, cell: str = "") -> list[Path]:
+        """The partial files (rows before a death, a sweep's progress), of one cell or of
+        all, in name order."""
+        return sorted((self.root / "partial").glob(f"{cell}-*.json" if cell else "*.json"))
 
     @property
     def lock(self) -> Path:
@@ -204,9 +225,10 @@ class Evidence:
 
 def read_evidence(root: Path) -> Evidence:
     locked = read_lock(root)
-    loads = tuple(_parse(p, LoadRecord) for p in sorted((root / "loads").glob("*.json")))
-    cells = tuple(_parse(p, Cell) for p in sorted((root / "cells").glob("*.json")))
-    partial = tuple(_parse(p, Cell) for p in sorted((root / "partial").glob("*.json")))
+    layout = Layout(root)
+    loads = tuple(_parse(p, LoadRecord) for p in layout.loads())
+    cells = tuple(_parse(p, Cell) for p in layout.cells())
+    partial = tuple(_parse(p, Cell) for p in layout.partials())
     return Evidence(locked=locked, loads=loads, cells=cells, partial=partial)
 
 

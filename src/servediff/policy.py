@@ -110,7 +110,7 @@ class LoadPolicy:
     def refused_arms(self) -> dict[str, str]:
         """The arms that did not start (refusal above), with the engine's message."""
         out: dict[str, str] = {}
-        for path in sorted((self.layout.root / "loads").glob("*.json")):
+        for path in self.layout.loads():
             record = read_record(path, LoadRecord)
             message = record.did_not_start(self.plan.launch.max_attempts)
             if record.arm not in out and message:

@@ -114,14 +114,14 @@ def check_cells(layout: Layout, say: Callable[[str], None]) -> None:
         except (ValueError, KeyError, TypeError):
             recorded = {}  # verify names a broken manifest; the cells are checked alone
     edited = []
-    for path in sorted((layout.root / "cells").glob("*.json")):
+    for path in layout.cells():
         name = str(path.relative_to(layout.root))
         try:
             read_record(path, Cell)
         except BundleError as exc:
             if other_version(path):
                 raise  # a cell of another servediff: refused, as every reader does
-            aside = layout.root / ".damaged" / path.name
+            aside = layout.damaged(path.name)
             aside.parent.mkdir(exist_ok=True)
             os.replace(path, aside)
             say(f"{name}: not a whole cell ({exc}); moved to .damaged/ and measured again")
@@ -161,7 +161,7 @@ class Runner:
         """Launches that a servediff killed before it could stop them: what is left of
         their engines is stopped now, and the stop is recorded as one at resume."""
         context = self.context
-        for path in sorted((self.layout.root / "loads").glob("*.json")):
+        for path in self.layout.loads():
             record = read_record(path, LoadRecord)
             stale = [x for x in record.launches if x.stop is None and not x.external and x.pid]
             for launch in stale:
@@ -187,7 +187,7 @@ class Runner:
         another GPU model) is not continued here unless the plan says cross_machine. (A
         Ray run's rooms are its comparisons' nodes, named in every launch.)"""
         here = room.here()
-        seen = {room.of(x) for path in sorted((self.layout.root / "loads").glob("*.json"))
+        seen = {room.of(x) for path in self.layout.loads()
                 for x in read_record(path, LoadRecord).launches if x.machine is not None}
         if seen and not any(here.same(x) for x in seen) and not self.context.plan.cross_machine:
             there = ", ".join(sorted(x.label() for x in seen))

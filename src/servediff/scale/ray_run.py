@@ -305,9 +305,8 @@ class RayRunner(Runner):
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic.write_bytes(path, data)
         if result.files:
-            for path in worker.load_files(root, job.name, job.todo):
-                ref = str(path.relative_to(root))
-                if ref.startswith("partial/") and ref not in result.files:
+            for path in (p for cell in job.todo for p in self.layout.partials(cell.name)):
+                if str(path.relative_to(root)) not in result.files:
                     path.unlink()
         write_manifest(root)
         observer = self.context.observer

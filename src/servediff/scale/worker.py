@@ -81,10 +81,11 @@ def scratch_root(run_id: str) -> Path:
 def load_files(root: Path, name: str, cells: list[CellSpec]) -> list[Path]:
     """Every file under `root` of load `name` measuring `cells`: its record, log, cells and
     partial files."""
-    paths = [root / Layout.load_ref(name), Layout(root).log(name)]
+    layout = Layout(root)
+    paths = [layout.load(name), layout.log(name)]
     for cell in cells:
-        paths.append(root / Layout.cell_ref(cell.name))
-        paths += sorted((root / "partial").glob(f"{cell.name}-*.json"))
+        paths.append(layout.cell(cell.name))
+        paths += layout.partials(cell.name)
     return [p for p in paths if p.is_file()]
 
 
@@ -124,7 +125,7 @@ def run_load(job: LoadJob) -> LoadResult:
     node = node_id()
     context = RunContext(plan=job.plan, corpus=job.corpus, adapter=registry.create(job.plan.engine),
                 layout=Layout(root), observer=recorder, launcher=EngineProcess, node=node)
-    (root / "logs").mkdir(parents=True, exist_ok=True)
+    context.layout.logs.mkdir(parents=True, exist_ok=True)
     measure_load(context, job.arm, job.load, job.phase, job.todo, _model(job.plan, job.base_dir))
     return LoadResult(files=collect(root, job.name, job.todo), node=node, notes=recorder.notes,
                       cells=recorder.cells)
