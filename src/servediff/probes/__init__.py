@@ -15,7 +15,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from servediff.engines import registry
-from servediff.probes.settings import PROBES
+from servediff.probes.settings import PROBES, entry
 
 if TYPE_CHECKING:
     from servediff.corpus import Corpus
@@ -38,11 +38,7 @@ def ordered() -> list[Probe[Any]]:
 
 def by_section(section: str) -> Probe[Any]:
     """The probe of the plan's `[probes.<section>]` table."""
-    try:
-        return _load(PROBES[section])
-    except KeyError:
-        raise KeyError(f"no registered probe {section!r}; the probes are "
-                       f"{', '.join(PROBES)}") from None
+    return _load(entry(section))
 
 
 def by_cell(probe_name: str) -> Probe[Any]:

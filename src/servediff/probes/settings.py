@@ -81,13 +81,18 @@ def check_loads(plan: PlanShape, section: str, loads: list[int] | None) -> None:
                          f"loads_per_arm ({plan.loads_per_arm}), got {loads}")
 
 
-def settings_of(section: str) -> type[ProbeSettings]:
-    """The settings model of the probe registered as `section`."""
+def entry(section: str) -> str:
+    """The `module:Class` of the probe registered as `section`."""
     try:
-        return _settings(PROBES[section])
+        return PROBES[section]
     except KeyError:
         raise KeyError(f"no registered probe {section!r}; the probes are "
                        f"{', '.join(PROBES)}") from None
+
+
+def settings_of(section: str) -> type[ProbeSettings]:
+    """The settings model of the probe registered as `section`."""
+    return _settings(entry(section))
 
 
 @cache
