@@ -114,6 +114,9 @@ def moe_model() -> Path:
                             mlp_only_layers=[], tie_word_embeddings=False))
 
 
+MAKERS = {"seed": seed_model, "moe": moe_model, "smollm2": smollm2}
+
+
 def launch(device: str, extra: list[str]) -> str:
     if device == "cuda":
         return launch_table("python3", ["-m", "sglang.launch_server"], [*SERVE, *extra],
@@ -141,14 +144,19 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
              f'model = "{models["seed"]}"\nloads_per_arm = 1\n'
              + launch(device, seed_args) + "[arms.baseline]\n"
              + "[corpus]\nmax_texts = 2\n[probes.repeat]\ncount = 0\n" + OFF + QUIET)
+    # The seed report's stack captured no prefill CUDA graphs (0.5.17's breakable prefill
+    # graph is newer): with them, --enable-deterministic-inference on FlashInfer cannot
+    # start at all (h200-sglang-seed-pair), so the factor plan turns them off in every arm
+    # and the sweep can find where a long prefill overflows the 2 GiB workspace instead.
+    seed_stack = [*seed_args, "--disable-prefill-cuda-graph"] if gpu else seed_args
     seed = (f'name = "h200-sglang-seed"\nengine = "sglang"\nmodel = "{models["seed"]}"\n'
-            "loads_per_arm = 2\ncost_loads_per_arm = 1\n" + launch(device, seed_args)
+            "loads_per_arm = 2\ncost_loads_per_arm = 1\n" + launch(device, seed_stack)
             + '[factors.deterministic]\nargs = ["--enable-deterministic-inference"]\n'
             + '[factors.triton]\nargs = ["--attention-backend", "triton"]\n'
             + "[corpus]\nmax_texts = 12\n[probes.repeat]\ncount = 1\n"
             + "[probes.concurrency]\nlengths = [512, 4096]\nlevels = [1, 4]\nrequests = 8\n"
             + "max_tokens = 16\n[probes.generate]\ntexts = 4\nmax_tokens = 32\n"
-            + f"[probes.speed]\nprompt_tokens = [512, {8192 if gpu else 1024}]\n"
+            + f"[probes.speed]\nprompt_tokens = [512, {4096 if gpu else 1024}]\n"
             + "max_tokens = 32\nreplicates = 3\nlevels = [1, 4]\n"
             + f"[probes.sweep]\nstart = {2048 if gpu else 256}\nlevels = [1, 4]\n"
             + "resolution = 16\nrequest_timeout_s = 120\n"
@@ -186,7 +194,10 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
     # the seed's own two arms alone (stock against deterministic), for a lease too short
     # for the factor plan's 12 cold loads
     pair = (seed.replace('name = "h200-sglang-seed"', 'name = "h200-sglang-seed-pair"')
-            .replace('[factors.triton]\nargs = ["--attention-backend", "triton"]\n', ""))
+            .replace('[factors.triton]\nargs = ["--attention-backend", "triton"]\n', "")
+            .replace(launch(device, seed_stack), launch(device, seed_args))
+            .replace(f"prompt_tokens = [512, {4096 if gpu else 1024}]",
+                     f"prompt_tokens = [512, {8192 if gpu else 1024}]"))
     return [("h200-sglang-first-start", first), ("h200-sglang-seed-pair", pair),
             ("h200-sglang-seed", seed),
             ("h200-sglang-smollm2", trained), ("h200-sglang-moe-autotune", moe)]
@@ -209,12 +220,12 @@ def warm_up(models: dict[str, Path], budget_s: float) -> None:
     import signal
     import urllib.request
 
-    configs = [(models["seed"], ["--attention-backend", "flashinfer", "--context-length",
-                                 "16384"]),
-               (models["seed"], ["--attention-backend", "triton", "--context-length",
-                                 "16384", "--enable-deterministic-inference"]),
-               (models["smollm2"], ["--attention-backend", "flashinfer", "--context-length",
-                                    "8192", "--dtype", "bfloat16"])]
+    seed = ["--context-length", "16384", "--disable-prefill-cuda-graph"]
+    configs = [(models["seed"], ["--attention-backend", "flashinfer", *seed]),
+               (models["seed"], ["--attention-backend", "flashinfer", *seed,
+                                 "--enable-deterministic-inference"]),
+               (models["seed"], ["--attention-backend", "triton", *seed,
+                                 "--enable-deterministic-inference"])]
     env = {**os.environ, **carried_env(SGLANG_SET), **{k: str(v) for k, v in KEEP.items()}}
     procs = []
     logs = []
@@ -269,7 +280,7 @@ def main() -> None:
     deadline = time.monotonic() + args.budget
     args.out.mkdir(parents=True, exist_ok=True)
     if args.print_plans:
-        fake = {k: Path(f"/models/{k}") for k in ("seed", "moe", "smollm2")}
+        fake = {k: Path(f"/models/{k}") for k in MAKERS}
         for name, text in plans(args.device, fake, "flashinfer_cutlass"):
             (args.out / f"{name}.toml").write_text(text)
         return
@@ -277,11 +288,17 @@ def main() -> None:
     if args.moe_build:
         start_moe_build()
     t0 = time.monotonic()
-    models = {"seed": seed_model(), "moe": moe_model(), "smollm2": smollm2()}
+    budgets = dict(p.split("=") for p in args.plans or [])
+    # only the models the chosen plans serve (the SmolLM2 conversion takes a minute)
+    fake = {k: Path(f"/models/{k}") for k in MAKERS}
+    chosen = [text for name, text in plans(args.device, fake, None)
+              if not budgets or name in budgets]
+    needed = {k for k in MAKERS if any(f'"{fake[k]}"' in t for t in chosen)}
+    needed |= {"seed"} if args.warm else set()  # the warm-up servers serve the seed model
+    models = {k: make() if k in needed else fake[k] for k, make in MAKERS.items()}
     print(f"models ready after {time.monotonic() - t0:.0f} s", flush=True)
     if args.warm:
         warm_up(models, args.warm)
-    budgets = dict(p.split("=") for p in args.plans or [])
     walls: dict[str, float] = {}
     for name, text in plans(args.device, models, moe_backend()):
         if budgets and name not in budgets:
