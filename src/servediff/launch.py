@@ -253,11 +253,13 @@ class EngineLaunch:
 
     def _exited_at_start(self) -> NoReturn:
         """The engine ended before it was ready. An exit code of its own (not a signal) with
-        its own message is a refusal: the configuration does not exist on this stack."""
+        its own message is a refusal (or what the adapter knows as its engine's own way of
+        giving up): the configuration does not exist on this stack."""
         assert self.proc is not None
         rc = self.proc.returncode
-        if rc is not None and rc > 0:
-            self.launch.engine_refusal = engine_message(self.own_log())
+        log = self.own_log()
+        if rc is not None and self.adapter.refused_itself(rc, log):
+            self.launch.engine_refusal = engine_message(log)
             raise EngineRefusedError(f"engine exited with code {rc} before it was ready: "
                                      f"{self.launch.engine_refusal}")
         raise EngineStartError(f"engine exited with code {rc} before it was ready")

@@ -386,3 +386,29 @@ def test_llama_server_without_one_on_path_is_the_one_servediff_built(
     assert spec.argv[-2:] == ["-ub", "64"] and spec.notes[-1] == f"llama-server from {built}"
     assert adapter.launch(["my-server", "{model}"], "m", "h", 5, [], options).argv[0] == \
         "my-server"
+
+
+def test_sglang_killing_its_own_tree_at_start_is_a_refusal_with_the_engine_s_reason():
+    # the H200's answer (0.5.17, --enable-deterministic-inference on FlashInfer): a child
+    # fails in the prefill graph capture and SGLang SIGKILLs its own tree, itself included
+    import signal
+    import tarfile
+
+    from servediff.engines.process import engine_message
+
+    bundle = Path(__file__).parents[2] / "docs" / "validation" / "h200-sglang-seed-pair.tar.gz"
+    with tarfile.open(bundle) as tar:
+        member = tar.extractfile("h200-sglang-seed-pair/logs/deterministic-load1.log")
+        assert member is not None
+        text = member.read().decode()
+    # its first launch, as the engine wrote it (what followed was servediff's supervisor)
+    end = text.index("kill_process_tree called")
+    first = text[:text.index("\n", end) + 1]
+    adapter = SglangAdapter()
+    killed = -signal.SIGKILL
+    assert adapter.refused_itself(killed, first)
+    assert "Buffer overflow when allocating memory for batch_prefill_tmp_v" in \
+        engine_message(first)
+    # a SIGKILL without SGLang's own line (the kernel's OOM killer) is no refusal
+    assert not adapter.refused_itself(killed, "loading weights\n")
+    assert adapter.refused_itself(1, "") and not adapter.refused_itself(-15, first)

@@ -247,6 +247,12 @@ class EngineAdapter(ABC):
         state: bool | None = getattr(options, self.cache_option)
         return state
 
+    def refused_itself(self, returncode: int, log_text: str) -> bool:
+        """Whether an engine that ended before it was ready gave up on its own (a refusal:
+        the configuration does not exist on this stack) rather than being killed: an exit
+        code of its own, not a signal."""
+        return returncode > 0
+
     def fault_in_log(self, log_text: str) -> str | None:
         """Why the engine's log shows this load cannot be trusted (SGLang: a call of the
         sgl_kernel stand-in), or None."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -76,6 +77,8 @@ AUTOTUNE_DONE = "FlashInfer autotune completed."
 RADIX_OFF = re.compile(r"radix cache is not compatible with (?P<backend>\S+) attention backend "
                        r"for deterministic inference")
 READY = "The server is fired up and ready to roll!"
+# what SGLang logs before it kills its own process tree after a child's failure
+SELF_KILLED = "Received sigquit from a child process"
 # SGLang's own summary of its start (0.5.17): top-level `name=seconds` pairs
 TIMINGS = re.compile(r"Engine startup timings \(s\): (?P<pairs>.*)$", re.MULTILINE)
 TIMING = re.compile(r"(?:^|, )(?P<name>\w+)=(?P<s>[\d.]+)")
@@ -282,6 +285,13 @@ class SglangAdapter(EngineAdapter):
         if stamps and ready is not None:
             out["logged_start_s"] = (ready - stamps[0]) % 86400
         return out
+
+    def refused_itself(self, returncode: int, log_text: str) -> bool:
+        # A child that fails at start-up (FlashInfer's workspace too small for a prefill
+        # graph, 0.5.17 on the H200) makes SGLang kill its own process tree, itself
+        # included, with SIGKILL: a refusal that looks like a kill but for this line.
+        return super().refused_itself(returncode, log_text) or (
+            returncode == -signal.SIGKILL and SELF_KILLED in log_text)
 
     def fault_in_log(self, log_text: str) -> str | None:
         if m := STUB_CALLED.search(log_text):
