@@ -64,6 +64,10 @@ class LoadPolicy:
                 if (path := self.layout.progress(c.name)).exists()]
         return done + sum(len(k.sweep) for k in kept)
 
+    def turns(self, arm: str, load: int, phase: Phase) -> LoadTurns:
+        """The launches of one load, as both runners take them."""
+        return LoadTurns(self, arm, load, phase)
+
     # --- around one load ------------------------------------------------------------
 
     def may_start(self, arm: str, load: int, phase: Phase) -> bool:
@@ -127,3 +131,35 @@ class LoadPolicy:
         arms = list(self.plan.arms)
         self.observer.drift_finished([a for a in arms if a in done],
                                      [a for a in arms if a not in done])
+
+
+class LoadTurns:
+    """The launches of one load, one after another: whether another starts and what it
+    measures (`next`), and what the one that ended changed (`ended`). The retry rule lives
+    here and in the policy alone; a local run calls these in a loop, a Ray run as each
+    placement's launches come back."""
+
+    def __init__(self, policy: LoadPolicy, arm: str, load: int, phase: Phase) -> None:
+        self.policy, self.arm, self.load, self.phase = policy, arm, load, phase
+        self.cells = policy.todo(arm, load, phase)
+        self.started = policy.may_start(arm, load, phase)
+        self.unproductive = 0
+        self.before = 0
+        self.done = False
+
+    def next(self) -> list[CellSpec] | None:
+        """The cells the next launch measures, or None once the load is over (all measured,
+        given up, or not started at all); the policy hears of its end once."""
+        if self.done:
+            return None
+        if not self.started or not self.policy.again(self.cells, self.unproductive):
+            self.done = True
+            if self.started:
+                self.policy.finished(self.arm, self.load, self.phase)
+            return None
+        self.before = self.policy.progress(self.cells)
+        return self.policy.missing(self.cells)
+
+    def ended(self) -> None:
+        """After a launch of this load, however it ended."""
+        self.unproductive = self.policy.after_launch(self.before, self.cells, self.unproductive)

@@ -221,14 +221,10 @@ class Runner:
         model = resolve_model(self.context.plan, self.context.adapter, self.base_dir,
                               self.context.observer.note)
         for arm, load, phase in pending:
-            if not policy.may_start(arm, load, phase):
-                continue
-            todo, unproductive = policy.todo(arm, load, phase), 0
-            while policy.again(todo, unproductive):
-                before = policy.progress(todo)
-                self.run_load(arm, load, phase, policy.missing(todo), model)
-                unproductive = policy.after_launch(before, todo, unproductive)
-            policy.finished(arm, load, phase)
+            turns = policy.turns(arm, load, phase)
+            while (cells := turns.next()) is not None:
+                self.run_load(arm, load, phase, cells, model)
+                turns.ended()
 
     def run_load(self, arm: str, load: int, phase: Phase, todo: list[CellSpec],
                  model: ServedModel) -> None:

@@ -24,7 +24,7 @@ from ray.cluster_utils import Cluster
 
 from servediff.evidence import Phase, load_name
 from servediff.plan import resolve_plan
-from servediff.runner import SilentObserver
+from servediff.runner import Runner, SilentObserver
 from servediff.scale.ray_run import RayRunner
 from tests.fixtures.bundles import overlapping
 from tests.integration.engines import (
@@ -280,6 +280,60 @@ def test_a_cost_load_runs_with_nothing_beside_it_on_its_node(tmp_path: Path):
     assert engines_alive() == []
 
 
+def run_toy(tmp_path: Path, runner_class: type[Runner], address: str,
+            observer: Recorder) -> None:
+    """A `good` arm and a `bad` one whose engine (the toy server) refuses to start, one
+    drift and one cost load each, run by `runner_class`."""
+    model = tmp_path / "toy-model"
+    model.mkdir()
+    (model / "weights.bin").write_bytes(b"toy")
+    raw = {"engine": "transformers", "model": "toy-model", "loads_per_arm": 1,
+           "cost_loads_per_arm": 1,
+           "arms": {"good": {}, "bad": {"args": ["--refuse", "no such mode here"]}},
+           "corpus": {"max_texts": 2},
+           "launch": {"command": [sys.executable, "-m", "tests.engines.toy", "--model",
+                                  "{model}", "--host", "{host}", "--port", "{port}"],
+                      "env": {"PYTHONPATH": str(ROOT)}},
+           "quiet": {"gate_cost": False}}
+    raw.update(tomllib.loads(probes_off("concurrency", "generate", "sweep", "prefix")))
+    raw["probes"]["repeat"] = {"count": 0}
+    raw["probes"]["speed"] = {"prompt_tokens": [16], "max_tokens": 2, "warmup": 0,
+                              "replicates": 1, "levels": [1]}
+    plan, corpus = resolve_plan(raw, "ray.toml", tmp_path)
+    runner = runner_class(plan, corpus, tmp_path / "run", tmp_path, observer)
+    if isinstance(runner, RayRunner):
+        runner.address = address
+    try:
+        runner.run()
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.parametrize("runner_class", [Runner, RayRunner])
+def test_a_change_to_the_retry_rule_is_made_once_for_both_runners(
+        tmp_path: Path, cluster: Cluster, monkeypatch: pytest.MonkeyPatch,
+        runner_class: type[Runner]):
+    """The retry rule lives in policy.py (LoadPolicy.again, taken by LoadTurns), and both
+    runners take their launches from it: changed there to "one launch per load", the
+    refused arm starts once per load, locally and on the cluster (the plan's max_attempts
+    is 2, so one refusal does not give the arm up and its cost load starts too)."""
+    from servediff.policy import LoadPolicy
+
+    monkeypatch.setattr(LoadPolicy, "again", lambda self, todo, unproductive:
+                        bool(self.missing(todo)) and unproductive < 1)
+    observer = Recorder()
+    run_toy(tmp_path, runner_class, cluster.address, observer)
+    starts = [e for e in observer.events if e[0] == "start"]
+    assert [e for e in starts if e[1] == "bad"] == [("start", "bad", 1, "drift"),
+                                                     ("start", "bad", 1, "cost")], starts
+    for name in ("bad-load1", "bad-cost1"):
+        record = json.loads((tmp_path / "run" / "loads" / f"{name}.json").read_text())
+        assert [x["engine_refusal"] for x in record["launches"]] == [
+            "ValueError: no such mode here"]
+    assert sorted(p.stem for p in (tmp_path / "run" / "cells").glob("*.json")) == [
+        "good-cost1-speed", "good-load1-score"]
+
+
 class Recorder(SilentObserver):
     """The loads started and the drift answers shown, in order."""
 
@@ -300,29 +354,8 @@ def test_the_ray_runner_announces_failed_drift_loads_before_its_cost_loads(
     loads begin, and its own cost load does not start. The engine is the toy server
     (tests/engines/toy.py) launched in the embedded engine's place: a real process on the
     cluster's nodes that starts in about a second."""
-    model = tmp_path / "toy-model"
-    model.mkdir()
-    (model / "weights.bin").write_bytes(b"toy")
-    raw = {"engine": "transformers", "model": "toy-model", "loads_per_arm": 1,
-           "cost_loads_per_arm": 1,
-           "arms": {"good": {}, "bad": {"args": ["--refuse", "no such mode here"]}},
-           "corpus": {"max_texts": 2},
-           "launch": {"command": [sys.executable, "-m", "tests.engines.toy", "--model",
-                                  "{model}", "--host", "{host}", "--port", "{port}"],
-                      "env": {"PYTHONPATH": str(ROOT)}},
-           "quiet": {"gate_cost": False}}
-    raw.update(tomllib.loads(probes_off("concurrency", "generate", "sweep", "prefix")))
-    raw["probes"]["repeat"] = {"count": 0}
-    raw["probes"]["speed"] = {"prompt_tokens": [16], "max_tokens": 2, "warmup": 0,
-                              "replicates": 1, "levels": [1]}
-    plan, corpus = resolve_plan(raw, "ray.toml", tmp_path)
     observer = Recorder()
-    runner = RayRunner(plan, corpus, tmp_path / "run", tmp_path, observer)
-    runner.address = cluster.address
-    try:
-        runner.run()
-    finally:
-        ray.shutdown()
+    run_toy(tmp_path, RayRunner, cluster.address, observer)
     errors = [x["error"] for x in launches(tmp_path / "run") if x["error"]]
     events = observer.events
     # (a launch of `good` that failed for a reason of the machine's is started again:

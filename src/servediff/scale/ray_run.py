@@ -32,6 +32,7 @@ from servediff.bundle import write_manifest
 from servediff.errors import InputError, ServediffError
 from servediff.evidence import Launch, Phase, load_name
 from servediff.plan import lock
+from servediff.policy import LoadTurns
 from servediff.runner import Runner
 from servediff.scale import worker
 from servediff.scale.worker import LoadJob, LoadResult
@@ -111,11 +112,8 @@ class Placement:
     node: str | None = None
     job: LoadJob | None = None
     ref: Any = None
-    # whether the policy let the placement's next load start; launches of it in a row that
-    # measured nothing; the load's progress when its running launch began
-    started: bool = False
-    unproductive: int = 0
-    before: int = 0
+    # the launches of the load at the head of `loads` (the policy's retry rule)
+    turns: LoadTurns | None = None
     node_class: dict[str, float] = field(default_factory=dict)
 
     def waiting(self) -> Phase | None:
@@ -188,17 +186,14 @@ class RayRunner(Runner):
         from ray.util.placement_group import placement_group_table, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        policy = self.policy
         while placement.ref is None and placement.loads:
             arm, load, phase = placement.loads[0]
-            todo = policy.todo(arm, load, phase)
-            if not placement.started:
-                placement.started, placement.unproductive = policy.may_start(arm, load, phase), 0
-            if not placement.started or not policy.again(todo, placement.unproductive):
+            if placement.turns is None:
+                placement.turns = self.policy.turns(arm, load, phase)
+            todo = placement.turns.next()
+            if todo is None:
                 placement.loads.popleft()
-                if placement.started:
-                    policy.finished(arm, load, phase)
-                placement.started = False
+                placement.turns = None
                 if not placement.loads:  # a finished comparison gives its placement back
                     remove_placement_group(placement.group)
                     placement.group = None
@@ -218,7 +213,6 @@ class RayRunner(Runner):
                                load=load, phase=phase, todo=todo,
                                base_dir=str(self.base_dir.resolve()), run_id=self.run_id,
                                seeds=self.seeds(arm, load, phase, todo))
-            placement.before = policy.progress(todo)
             self.context.observer.load_starting(
                 arm, load, len(self.context.load_record(arm, load, phase).launches) + 1, phase)
             scale = self.context.plan.scale
@@ -258,8 +252,8 @@ class RayRunner(Runner):
         self.merge(job, result)
         if error is not None:
             raise error
-        placement.unproductive = self.policy.after_launch(placement.before, job.todo,
-                                                          placement.unproductive)
+        assert placement.turns is not None
+        placement.turns.ended()
 
     def lost(self, ray: Any, placement: Placement, job: LoadJob, why: str) -> LoadResult:
         """Stop and record what is left of the load on its node; an empty result with no
