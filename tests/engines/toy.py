@@ -49,11 +49,15 @@ def main() -> None:
     parser.add_argument("--build", default="1")
     # an engine adapter's own flags (the embedded engine's, when a plan launches this
     # server in its place) are taken and ignored
+    # every other tokenization of this text comes back with one more token (an engine
+    # whose tokenizer does not answer alike: the toy probe's finding)
+    parser.add_argument("--flaky-tokenize")
     args, _ = parser.parse_known_args()
     if args.refuse:
         sys.exit(f"ValueError: {args.refuse}")
     engine = FakeEngine()
     build = args.build
+    calls: list[int] = []
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *rest: object) -> None:
@@ -61,6 +65,10 @@ def main() -> None:
 
         def _reply(self, body: dict[str, Any]) -> None:
             status, answer = engine.answer(self.path, body)
+            if self.path == "/tokenize" and body.get("prompt") == args.flaky_tokenize:
+                calls.append(1)
+                if len(calls) % 2 == 0:
+                    answer = {**answer, "tokens": [*answer["tokens"], 0]}
             if self.path == "/version":
                 answer = {**answer, "build": build}
             data = json.dumps(answer).encode()

@@ -3,9 +3,11 @@
 `Tokenize` asks the engine to tokenize the same text `requests` times per
 load and keeps each answer's hash and latency as the cell's own rows; its
 finding is, per arm, how many distinct tokenizations came back. It has its
-settings, description, cells, measurement, analysis and report lines here and
-nowhere else. tests/integration/test_toy_probe.py registers it and runs a
-plan with it on a real engine process.
+settings, description, cells, measurement, analysis, report lines and its
+claim (an arm with more distinct tokenizations than its baseline: a cost, which
+the verdict and What to ship list with the others) here and nowhere else.
+tests/integration/test_toy_probe.py registers it and runs a plan with it on a
+real engine process.
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from servediff.bundle import Layout
 from servediff.errors import EngineError
 from servediff.evidence import Cell
 from servediff.plan import Plan
-from servediff.probes.base import Probe, Work
+from servediff.probes.base import Probe, ProbeClaim, Work
 from servediff.probes.settings import ProbeSettings
 from servediff.schedule import CellSpec
 
@@ -46,6 +49,7 @@ class ArmTokenize(BaseModel):
     requests: int
     errors: int
     distinct: int
+    cells: list[str]
 
 
 class TokenizeFinding(BaseModel):
@@ -87,12 +91,27 @@ class Tokenize(Probe[TokenizeSettings]):
     def analyse(self, plan: Plan, cells: Sequence[Cell]) -> TokenizeFinding | None:
         arms: dict[str, ArmTokenize] = {}
         for arm in plan.arms:
-            rows = [row for c in cells if c.arm == arm for row in c.data]
+            mine = [c for c in cells if c.arm == arm]
+            rows = [row for c in mine for row in c.data]
             if rows:
                 arms[arm] = ArmTokenize(
                     requests=len(rows), errors=sum("error" in r for r in rows),
-                    distinct=len({r["hash"] for r in rows if "hash" in r}))
+                    distinct=len({r["hash"] for r in rows if "hash" in r}),
+                    cells=[Layout.cell_ref(c.name) for c in mine])
         return TokenizeFinding(arms=arms) if arms else None
+
+    def compare(self, finding: Mapping[str, Any], baseline: str, arm: str
+                ) -> list[ProbeClaim]:
+        found = TokenizeFinding.model_validate(finding)
+        a, b = found.arms.get(baseline), found.arms.get(arm)
+        if a is None or b is None:
+            return []
+        kind: Literal["cost", "gain", "within noise"] = (
+            "cost" if b.distinct > a.distinct else "gain" if b.distinct < a.distinct
+            else "within noise")
+        return [ProbeClaim(kind=kind, text=(
+            f"`{arm}` gave {b.distinct} distinct tokenization(s) of one text over "
+            f"{b.requests} request(s), `{baseline}` {a.distinct}"), evidence=[*a.cells, *b.cells])]
 
     def report(self, finding: Mapping[str, Any]) -> list[str]:
         found = TokenizeFinding.model_validate(finding)

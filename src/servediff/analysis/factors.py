@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from pydantic import JsonValue
+
 from servediff.analysis import cost, verdict
 from servediff.analysis.findings import (
     ArmCosts,
@@ -50,7 +52,10 @@ DRIFT_KINDS: dict[Regime, tuple[DriftKind, ...]] = {
     "within a load": ("within-load", "non-deterministic alone", "cache-dependent"),
     "concurrency": ("batch-composition",),
 }
-TOPIC_ORDER = ("drift", "starts", "survival", "capacity", "prefix", "startup", "speed")
+TOPIC_ORDER = ("drift", "starts", "survival", "capacity", "prefix", "startup", "speed",
+               "probe")
+# the findings of probes with an analysis of their own, by section (Summary.probe_findings)
+Found = Mapping[str, Mapping[str, JsonValue]]
 
 
 def regime_drift(drift: ArmDrift | None, regime: Regime) -> RegimeDrift:
@@ -104,7 +109,7 @@ def _changed_kind(kind: str) -> bool | None:
 
 def contrast_properties(a: str, b: str, arms: Mapping[str, FactorArm],
                         costs: Mapping[str, ArmCosts], by_arm: Mapping[str, list[Cell]],
-                        refused: Mapping[str, DidNotStart]
+                        refused: Mapping[str, DidNotStart], found: Found
                         ) -> list[tuple[Property, bool | None, list[Claim]]]:
     """Each property of arms a (without the factor) and b (with it): changed or not
     (None: not measured on both), and the claims that say how."""
@@ -143,12 +148,17 @@ def contrast_properties(a: str, b: str, arms: Mapping[str, FactorArm],
             row = c.comparison
             out.append((Property(topic="speed", metric=row.metric, length=row.prompt_tokens,
                                  level=row.concurrency), _changed_kind(c.kind), [c]))
+    for section in found:
+        its: list[Claim] = [c for c in verdict.probe_claims(found, a, b) if c.probe == section]
+        judged = [changed for c in its if (changed := _changed_kind(c.kind)) is not None]
+        out.append((Property(topic="probe", probe=section),
+                    any(judged) if judged else None, its))
     return out
 
 
 def order_key(p: Property) -> tuple[object, ...]:
     return (TOPIC_ORDER.index(p.topic), REGIMES.index(p.regime) if p.regime else -1,
-            p.what or "", p.length or 0, p.level or 0, p.metric or "")
+            p.what or "", p.length or 0, p.level or 0, p.metric or "", p.probe or "")
 
 
 def effect(contrasts: Sequence[Contrast], contexts: Sequence[set[str]]
@@ -168,8 +178,8 @@ def effect(contrasts: Sequence[Contrast], contexts: Sequence[set[str]]
 
 
 def attribute(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCosts],
-              by_arm: Mapping[str, list[Cell]], refused: Mapping[str, DidNotStart]
-              ) -> list[Attribution]:
+              by_arm: Mapping[str, list[Cell]], refused: Mapping[str, DidNotStart],
+              found: Found) -> list[Attribution]:
     by_set = {frozenset(a.factors): a.arm for a in arms}
     named = {a.arm: a for a in arms}
     out = []
@@ -180,7 +190,7 @@ def attribute(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCost
                     frozenset([*arm.factors, factor]))) is None:
                 continue
             for prop, changed, claims in contrast_properties(arm.arm, with_it, named, costs,
-                                                             by_arm, refused):
+                                                             by_arm, refused, found):
                 key = prop.model_dump_json()
                 entry = rows.setdefault(key, (prop, [], [], []))
                 entry[1].append(Contrast(without=arm.arm, with_factor=with_it,
@@ -198,25 +208,26 @@ def attribute(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCost
 
 
 def pair_costs(a: str, b: str, costs: Mapping[str, ArmCosts], by_arm: Mapping[str, list[Cell]],
-               refused: Mapping[str, DidNotStart]) -> list[Claim]:
+               refused: Mapping[str, DidNotStart], found: Found) -> list[Claim]:
     """The costs of arm b against arm a (nothing when they are one arm)."""
     if a == b:
         return []
-    claims = list(verdict.refused_claims(a, b, refused))
+    claims: list[Claim] = list(verdict.refused_claims(a, b, refused))
     if a not in refused and b not in refused:
         comparison = cost.compare_arms({a: costs[a], b: costs[b]}, a, by_arm)[0]
         claims += verdict.cost_claims(comparison, costs)
+        claims += verdict.probe_claims(found, a, b)
     return [c for c in claims if c.kind == "cost"]
 
 
 def ship(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCosts],
          by_arm: Mapping[str, list[Cell]], refused: Mapping[str, DidNotStart],
-         not_tested: Iterable[str], unmeasured: list[Regime]) -> Ship:
+         not_tested: Iterable[str], unmeasured: list[Regime], found: Found) -> Ship:
     order = {a.arm: i for i, a in enumerate(arms)}
     by_set = {frozenset(a.factors): a.arm for a in arms}
 
     def burden(a: FactorArm) -> int:
-        return len(pair_costs(BASELINE, a.arm, costs, by_arm, refused))
+        return len(pair_costs(BASELINE, a.arm, costs, by_arm, refused, found))
 
     meeting = [a for a in arms if a.meets]
     if meeting:
@@ -237,24 +248,24 @@ def ship(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCosts],
         if arm is None:
             against, arm = BASELINE, by_set.get(frozenset([factor]))
         left.append(LeftOut(factor=factor, arm=arm, against=against if arm else None,
-                            costs=pair_costs(against, arm, costs, by_arm, refused)
+                            costs=pair_costs(against, arm, costs, by_arm, refused, found)
                             if arm else []))
     return Ship(require=list(plan.ship.require), unmeasured=unmeasured,
                 threshold_abs_nll=plan.thresholds.moved_abs_nll,
                 baseline=BASELINE, arm=chosen.arm, factors=chosen.factors,
                 meets=chosen.meets,
-                costs=pair_costs(BASELINE, chosen.arm, costs, by_arm, refused),
+                costs=pair_costs(BASELINE, chosen.arm, costs, by_arm, refused, found),
                 left_out=left, not_tested=sorted(not_tested))
 
 
 def analyse(plan: Plan, drift: Mapping[str, ArmDrift], costs: Mapping[str, ArmCosts],
             by_arm: Mapping[str, list[Cell]], refused: Mapping[str, DidNotStart],
-            not_tested: Iterable[str]) -> Factors | None:
+            not_tested: Iterable[str], found: Found | None = None) -> Factors | None:
     """The factor analysis of a plan with [factors]; None without."""
     if not plan.factors:
         return None
     arms = factor_arms(plan, drift, refused)
     return Factors(names=list(plan.factors), arms=arms,
-                   attribution=attribute(plan, arms, costs, by_arm, refused),
+                   attribution=attribute(plan, arms, costs, by_arm, refused, found or {}),
                    ship=ship(plan, arms, costs, by_arm, refused, not_tested,
-                             required(plan, drift)[1]))
+                             required(plan, drift)[1], found or {}))

@@ -17,7 +17,7 @@ from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
 from servediff.plan import ProbesSpec, Regime
 from servediff.probes.base import Untested
 
-SUMMARY_SCHEMA_VERSION = 10
+SUMMARY_SCHEMA_VERSION = 11
 
 Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
 Band = list[float]
@@ -739,9 +739,22 @@ class RefusedClaim(Finding):
     launches: int
 
 
+class ProbeFindingClaim(Finding):
+    """What a probe with a finding of its own says of `arm` against `baseline`
+    (probes/base.py's ProbeClaim, from its `compare`), in its words (schema 11)."""
+
+    topic: Literal["probe"] = "probe"
+    kind: ClaimKind
+    evidence: list[str] = Field(default_factory=list)
+    probe: str
+    baseline: str
+    arm: str
+    text: str
+
+
 Claim = Annotated[DriftClaim | SignatureClaim | SpeedClaim | TrendClaim | CapacityClaim
-                  | FailureClaim | SurvivalClaim | PrefixClaim | StartupClaim | RefusedClaim,
-                  Field(discriminator="topic")]
+                  | FailureClaim | SurvivalClaim | PrefixClaim | StartupClaim | RefusedClaim
+                  | ProbeFindingClaim, Field(discriminator="topic")]
 
 
 class Fix(Finding):
@@ -807,12 +820,13 @@ class FactorArm(Finding):
 
 
 PropertyTopic = Literal["drift", "speed", "capacity", "survival", "prefix", "startup",
-                        "starts"]
+                        "starts", "probe"]
 
 
 class Property(Finding):
     """Something measured per arm: drift in a regime, speed at a length, level and metric,
-    KV capacity or slots, survival at a level, prefix reuse, start-up, whether it starts."""
+    KV capacity or slots, survival at a level, prefix reuse, start-up, whether it starts,
+    or what a probe with a finding of its own compares."""
 
     topic: PropertyTopic
     regime: Regime | None = None
@@ -820,6 +834,8 @@ class Property(Finding):
     length: int | None = None
     level: int | None = None
     what: Literal["kv", "concurrency"] | None = None
+    # topic "probe": the section of the probe whose own finding it is (schema 11)
+    probe: str | None = None
 
 
 class Contrast(Finding):

@@ -95,6 +95,7 @@ def summarize(evidence: Evidence) -> Summary:
     missing = untested(plan, Measured(evidence.cells, evidence.partial), costs)
     refused = drift.did_not_start(evidence)
     refused_by_arm = {r.arm: r for r in refused}
+    found = probe_findings(plan, evidence.cells)
     return Summary(
         plan_sha256=evidence.locked.sha256, engine=plan.engine, model=plan.model,
         threshold_abs_nll=plan.thresholds.moved_abs_nll, arms=arms,
@@ -109,7 +110,7 @@ def summarize(evidence: Evidence) -> Summary:
         detectable_rate=stats.detectable_rate(len(evidence.locked.corpus.texts)),
         gaps=[*drift.drift_gaps(evidence, arms), *cost.cost_gaps(costs, comparisons, evidence)],
         costs=costs, comparisons=comparisons, conditions=conditions(evidence, by_arm),
-        untested=missing, probe_findings=probe_findings(plan, evidence.cells),
+        untested=missing, probe_findings=found,
         verdict=verdict.verdict(plan, evidence.arms, arms, costs, comparisons, missing,
-                                refused_by_arm),
-        factors=factors.analyse(plan, arms, costs, by_arm, refused_by_arm, missing))
+                                refused_by_arm, found),
+        factors=factors.analyse(plan, arms, costs, by_arm, refused_by_arm, missing, found))

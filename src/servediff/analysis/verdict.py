@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from pydantic import JsonValue
+
+from servediff import probes
 from servediff.analysis.findings import (
     ArmCosts,
     ArmDrift,
@@ -28,6 +31,7 @@ from servediff.analysis.findings import (
     Fix,
     Pair,
     PrefixClaim,
+    ProbeFindingClaim,
     RefusedClaim,
     SignatureClaim,
     SpeedClaim,
@@ -208,12 +212,23 @@ def cost_claims(comparison: CostComparison, costs: Mapping[str, ArmCosts]) -> li
             *startup_claims(comparison)]
 
 
+def probe_claims(found: Mapping[str, Mapping[str, JsonValue]], base: str, other: str
+                 ) -> list[ProbeFindingClaim]:
+    """What each probe with a finding of its own says of `other` against `base`."""
+    return [ProbeFindingClaim(kind=c.kind, evidence=c.evidence, probe=section, baseline=base,
+                              arm=other, text=c.text)
+            for section, finding in found.items()
+            for c in probes.by_section(section).compare(finding, base, other)]
+
+
 def verdict(plan: Plan, arms: list[str], drift: Mapping[str, ArmDrift],
             costs: Mapping[str, ArmCosts], comparisons: list[CostComparison],
             untested: Mapping[str, object],
-            refused: Mapping[str, DidNotStart] | None = None) -> Verdict:
+            refused: Mapping[str, DidNotStart] | None = None,
+            found: Mapping[str, Mapping[str, JsonValue]] | None = None) -> Verdict:
     """Claims per pair: each comparison's arm against its baseline (the first arm of its
-    group, plan.comparisons; the verdict's baseline is the first group's)."""
+    group, plan.comparisons; the verdict's baseline is the first group's). `found`: the
+    findings of probes with an analysis of their own, by section."""
     regime = coverage(plan, costs)
     not_tested = sorted(untested)
     pairs = []
@@ -221,7 +236,7 @@ def verdict(plan: Plan, arms: list[str], drift: Mapping[str, ArmDrift],
         base, other = comparison.baseline, comparison.arm
         claims = [*refused_claims(base, other, refused or {}),
                   *drift_claims(base, drift[base]), *drift_claims(other, drift[other]),
-                  *cost_claims(comparison, costs)]
+                  *cost_claims(comparison, costs), *probe_claims(found or {}, base, other)]
         pairs.append(Pair(baseline=base, arm=other, costs=sum(c.kind == "cost" for c in claims),
                           claims=claims, coverage=regime, not_tested=not_tested,
                           fix=_fix(base, other, drift)))

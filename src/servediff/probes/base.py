@@ -57,6 +57,19 @@ class Untested(BaseModel):
     reason: Literal["disabled", "external endpoint", "no measurement", "not reported"]
 
 
+class ProbeClaim(BaseModel):
+    """What a probe with a finding of its own says about one arm against its baseline: a
+    cost, a gain, within noise or a note, in the probe's own words, with the files behind
+    it. The verdict lists it with the other claims of the pair, and a cost counts in What
+    to ship as any other."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["cost", "gain", "within noise", "note"]
+    text: str
+    evidence: list[str] = []
+
+
 S = TypeVar("S", bound=ProbeSettings)
 
 
@@ -134,4 +147,10 @@ class Probe(ABC, Generic[S]):
 
     def report(self, finding: Mapping[str, Any]) -> list[str]:
         """The report's lines (markdown) for the finding `analyse` returned, as stored."""
+        return []
+
+    def compare(self, finding: Mapping[str, Any], baseline: str, arm: str
+                ) -> list[ProbeClaim]:
+        """What the finding (as stored) says of `arm` against `baseline`, for the verdict
+        and What to ship (none: the finding stays in its own section of the report)."""
         return []

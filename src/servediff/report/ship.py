@@ -6,6 +6,7 @@ drift per regime that the analysis stored.
 
 from __future__ import annotations
 
+from servediff import probes
 from servediff.analysis.findings import (
     Attribution,
     FactorArm,
@@ -105,6 +106,8 @@ def property_text(p: Property) -> str:
                 f"survival of {p.level} prompts at once")
     if p.topic == "capacity":
         return "KV capacity" if p.what == "kv" else "concurrent sequences"
+    if p.topic == "probe" and p.probe:
+        return probes.by_section(p.probe).title
     return {"prefix": "prefix reuse", "startup": "start-up to ready",
             "starts": "whether the engine starts"}[p.topic]
 

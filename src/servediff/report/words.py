@@ -26,6 +26,7 @@ from servediff.analysis.findings import (
     Metric,
     Pair,
     PrefixClaim,
+    ProbeFindingClaim,
     RefusedClaim,
     SharedShape,
     ShiftKind,
@@ -425,6 +426,11 @@ def _(c: RefusedClaim) -> str:
 @claim_text.register
 def _(c: StartupClaim) -> str:
     return _startup_text(c)
+
+
+@claim_text.register
+def _(c: ProbeFindingClaim) -> str:
+    return c.text  # the probe's own words (its `compare`)
 
 
 def refused_text(arm: str, message: str, launches: int) -> str:
