@@ -127,6 +127,8 @@ def launch(device: str, extra: list[str]) -> str:
                         {"HF_HUB_OFFLINE": "1"}, {}, {"device": "cpu"})
 
 
+# the longest prompt of the seed plan's concurrency and speed probes (see plans())
+CONCURRENT = 1536
 SERVE = ["--model-path", "{model}", "--host", "{host}", "--port", "{port}"]
 QUIET = '[quiet]\naction = "mark"\nwait_s = 20\nwindow_s = 2\n'
 OFF = "".join(f"[probes.{p}]\nenabled = false\n" for p in ("concurrency", "generate", "speed",
@@ -148,15 +150,19 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
     # graph is newer): with them, --enable-deterministic-inference on FlashInfer cannot
     # start at all (h200-sglang-seed-pair), so the factor plan turns them off in every arm
     # and the sweep can find where a long prefill overflows the 2 GiB workspace instead.
+    # Its concurrency and speed prompts stay at 1,536 tokens, 4 at once 6,144: under the
+    # 7,281 tokens that 2 GiB holds at 24 heads of 256 (2,415,919,104 bytes for 8,192),
+    # so that only the sweep, which bisects it, pays the restarts a death costs.
     seed_stack = [*seed_args, "--disable-prefill-cuda-graph"] if gpu else seed_args
     seed = (f'name = "h200-sglang-seed"\nengine = "sglang"\nmodel = "{models["seed"]}"\n'
             "loads_per_arm = 2\ncost_loads_per_arm = 1\n" + launch(device, seed_stack)
             + '[factors.deterministic]\nargs = ["--enable-deterministic-inference"]\n'
             + '[factors.triton]\nargs = ["--attention-backend", "triton"]\n'
             + "[corpus]\nmax_texts = 12\n[probes.repeat]\ncount = 1\n"
-            + "[probes.concurrency]\nlengths = [512, 4096]\nlevels = [1, 4]\nrequests = 8\n"
+            + f"[probes.concurrency]\nlengths = [512, {CONCURRENT if gpu else 1024}]\n"
+            + "levels = [1, 4]\nrequests = 8\n"
             + "max_tokens = 16\n[probes.generate]\ntexts = 4\nmax_tokens = 32\n"
-            + f"[probes.speed]\nprompt_tokens = [512, {4096 if gpu else 1024}]\n"
+            + f"[probes.speed]\nprompt_tokens = [512, {CONCURRENT if gpu else 1024}]\n"
             + "max_tokens = 32\nreplicates = 3\nlevels = [1, 4]\n"
             + f"[probes.sweep]\nstart = {2048 if gpu else 256}\nlevels = [1, 4]\n"
             + "resolution = 16\nrequest_timeout_s = 120\n"
@@ -196,7 +202,9 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
     pair = (seed.replace('name = "h200-sglang-seed"', 'name = "h200-sglang-seed-pair"')
             .replace('[factors.triton]\nargs = ["--attention-backend", "triton"]\n', "")
             .replace(launch(device, seed_stack), launch(device, seed_args))
-            .replace(f"prompt_tokens = [512, {4096 if gpu else 1024}]",
+            .replace(f"lengths = [512, {CONCURRENT if gpu else 1024}]",
+                     f"lengths = [512, {4096 if gpu else 1024}]")
+            .replace(f"prompt_tokens = [512, {CONCURRENT if gpu else 1024}]",
                      f"prompt_tokens = [512, {8192 if gpu else 1024}]"))
     return [("h200-sglang-first-start", first), ("h200-sglang-seed-pair", pair),
             ("h200-sglang-seed", seed),
