@@ -129,6 +129,10 @@ def launch(device: str, extra: list[str]) -> str:
 
 # the longest prompt of the seed plan's concurrency and speed probes (see plans())
 CONCURRENT = 1536
+# Its sweep bisects single prompts only: a death costs a restart (about 50 s), and the
+# deterministic FlashInfer arm would die about 8 times bisecting 4 at once as well, which
+# with 12 cold loads and the carry does not fit one lease.
+SWEEP_LEVELS = "1"
 SERVE = ["--model-path", "{model}", "--host", "{host}", "--port", "{port}"]
 QUIET = '[quiet]\naction = "mark"\nwait_s = 20\nwindow_s = 2\n'
 OFF = "".join(f"[probes.{p}]\nenabled = false\n" for p in ("concurrency", "generate", "speed",
@@ -164,7 +168,7 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
             + "max_tokens = 16\n[probes.generate]\ntexts = 4\nmax_tokens = 32\n"
             + f"[probes.speed]\nprompt_tokens = [512, {CONCURRENT if gpu else 1024}]\n"
             + "max_tokens = 32\nreplicates = 3\nlevels = [1, 4]\n"
-            + f"[probes.sweep]\nstart = {2048 if gpu else 256}\nlevels = [1, 4]\n"
+            + f"[probes.sweep]\nstart = {2048 if gpu else 256}\nlevels = [{SWEEP_LEVELS}]\n"
             + "resolution = 16\nrequest_timeout_s = 120\n"
             + f"[probes.prefix]\nprefix_tokens = {4096 if gpu else 512}\n"
             + "question_tokens = 32\nrequests = 3\n" + QUIET)
@@ -202,6 +206,7 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
     pair = (seed.replace('name = "h200-sglang-seed"', 'name = "h200-sglang-seed-pair"')
             .replace('[factors.triton]\nargs = ["--attention-backend", "triton"]\n', "")
             .replace(launch(device, seed_stack), launch(device, seed_args))
+            .replace(f"levels = [{SWEEP_LEVELS}]", "levels = [1, 4]")
             .replace(f"lengths = [512, {CONCURRENT if gpu else 1024}]",
                      f"lengths = [512, {4096 if gpu else 1024}]")
             .replace(f"prompt_tokens = [512, {CONCURRENT if gpu else 1024}]",
