@@ -44,7 +44,9 @@ from servediff.analysis.stats import stable
 from servediff.bundle import Evidence, Layout
 from servediff.evidence import Cell, Launch, SweepPoint
 from servediff.plan import QuietSpec
-from servediff.probes.sweep import SweepSettings, bracket, failed
+from servediff.probes.prefix import PrefixProbe
+from servediff.probes.speed import SpeedProbe
+from servediff.probes.sweep import SweepProbe, SweepSettings, bracket, failed
 from servediff.schedule import cost_runs
 
 SEED = 20261130
@@ -137,7 +139,7 @@ def _some(values: Sequence[float | None], groups: Sequence[int]) -> MetricStats 
 
 def speed_arm(cells: Sequence[Cell], launches: Mapping[tuple[str, int, str, int], Launch]
               | None = None, spec: QuietSpec | None = None) -> Speed | None:
-    mine = sorted((c for c in cells if c.probe == "speed"), key=lambda c: c.started_at)
+    mine = sorted((c for c in cells if c.probe in SpeedProbe.names), key=lambda c: c.started_at)
     if not mine:
         return None
     spec = spec or QuietSpec()
@@ -240,12 +242,12 @@ def order_effect(a: Sequence[Cell], b: Sequence[Cell], length: int, metric: Metr
 def survival_arm(cells: Sequence[Cell], partial: Sequence[Cell],
                  spec: SweepSettings | None = None) -> Survival | None:
     """The survival map of one arm from its sweep cell (or the sweep's progress so far)."""
-    sweeps = [c for c in [*cells, *partial] if c.probe == "sweep"]
+    sweeps = [c for c in [*cells, *partial] if c.probe in SweepProbe.names]
     if not sweeps:
         return None
     cell = max(sweeps, key=lambda c: len(c.sweep))
     context = cell.context_length
-    complete = any(c.probe == "sweep" for c in cells)
+    complete = any(c.probe in SweepProbe.names for c in cells)
     points = [_point(p, context) for p in cell.sweep]
     levels = sorted({p.level for p in points})
     largest: dict[str, int | None] = {}
@@ -306,7 +308,7 @@ def capacity_arm(evidence: Evidence, arm: str) -> Capacity:
 
 
 def prefix_arm(cells: Sequence[Cell]) -> Prefix | None:
-    mine = sorted((c for c in cells if c.probe == "prefix"), key=lambda c: c.load)
+    mine = sorted((c for c in cells if c.probe in PrefixProbe.names), key=lambda c: c.load)
     if not mine:
         return None
     loads: list[PrefixLoad] = []
@@ -380,8 +382,8 @@ def compare_arms(costs: Mapping[str, ArmCosts], baseline: str,
             continue
         speed = speed_compare(base.speed, c.speed)
         if by_arm is not None:
-            a = [x for x in by_arm[baseline] if x.probe == "speed"]
-            b = [x for x in by_arm[arm] if x.probe == "speed"]
+            a = [x for x in by_arm[baseline] if x.probe in SpeedProbe.names]
+            b = [x for x in by_arm[arm] if x.probe in SpeedProbe.names]
             speed = [_with_order(row, order_effect(a, b, row.prompt_tokens, row.metric,
                                                    row.concurrency))
                      for row in speed]
