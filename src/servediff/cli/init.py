@@ -60,7 +60,7 @@ def init(engine: str, model: str, target: Path, size: str, name: str | None,
     found = protocol_size(plan, corpus)
     header = [
         f"servediff plan for {engine} and {model}, written by `servediff init`; run it with",
-        f"`servediff run {target.name}`. Every setting: the README's \"Plans\".",
+        f"`servediff run {target.name}`. Every setting: docs/plans.md.",
         "probe grids: " + ("small (the demo's, for a CPU)" if small else "full (the defaults)"),
         f"protocol: {found.loads} loads, {found.cells} cells, about {found.requests:,} "
         "requests",
