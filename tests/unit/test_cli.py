@@ -338,3 +338,14 @@ def test_engines_wraps_its_cells_on_a_narrow_terminal_instead_of_cutting_them():
     joined = "".join(line.split("│")[3].strip() for line in done.stdout.splitlines()
                      if line.count("│") == 6)
     assert "servediff.engines.hf_server" in joined
+
+
+def test_every_command_s_help_shows_an_example():
+    from click.testing import CliRunner
+
+    from servediff.cli import COMMANDS, cli
+
+    for name in COMMANDS:
+        result = CliRunner().invoke(cli, [name, "--help"])
+        assert result.exit_code == 0, result.output
+        assert f"Example: servediff {name}" in result.output, name

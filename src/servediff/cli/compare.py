@@ -12,7 +12,7 @@ from servediff.cli.console import out
 from servediff.scorefile import read_scores
 
 
-@click.command()
+@click.command(epilog="Example: servediff compare before.json after.json --fail-on-moved")
 @click.argument("a", type=click.Path(path_type=Path, dir_okay=False))
 @click.argument("b", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="print the comparison as JSON")

@@ -11,7 +11,7 @@ from servediff.cli.console import out
 from servediff.engines import registry
 
 
-@click.command()
+@click.command(epilog="Example: servediff engines")
 def engines() -> None:
     """List engine adapters, their capabilities, and whether each is found here."""
     table = Table("engine", "capabilities", "default launch", "found on this machine", "note")

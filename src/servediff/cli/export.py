@@ -15,7 +15,7 @@ from servediff.packet.evidence import build
 from servediff.packet.registry import registry_packet
 
 
-@click.command()
+@click.command(epilog="Example: servediff export runs/attention --packet")
 @click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
 @click.option("--packet", is_flag=True, required=True,
               help="write the evidence packet, and beside it the same in the trap registry's "

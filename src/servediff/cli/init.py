@@ -33,7 +33,8 @@ def plan_model(model: str, plan_dir: Path) -> str:
     return os.path.relpath(given.resolve(), plan_dir.resolve())
 
 
-@click.command()
+@click.command(epilog="Example: servediff init vllm HuggingFaceTB/SmolLM2-135M-Instruct"
+                        " --out plan.toml")
 @click.argument("engine", type=click.Choice(STARTED))
 @click.argument("model")
 @click.option("--out", "target", type=click.Path(path_type=Path, dir_okay=False),

@@ -16,7 +16,7 @@ from servediff.errors import IntegrityError
 from servediff.report.table import run_view
 
 
-@click.command()
+@click.command(epilog="Example: servediff rederive runs/demo-20261205-090712")
 @click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
 @click.option("--json", "as_json", is_flag=True, help="print the re-derived summary as JSON")
 def rederive(run_dir: Path, as_json: bool) -> int:

@@ -11,7 +11,8 @@ from servediff.cli.console import out
 from servediff.derived import write_derived
 
 
-@click.command()
+@click.command(epilog="Example: servediff report runs/demo-20261205-090712 --format html"
+                        " --stdout > report.html")
 @click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
 @click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md",
               show_default=True, help="which file to name (and print with --stdout)")

@@ -131,7 +131,7 @@ def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False,
         raise SystemExit(INCOMPLETE)
 
 
-@click.command()
+@click.command(epilog="Example: servediff run plan.toml --out runs/attention")
 @click.argument("plan", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               help="run directory (default runs/<plan name>-<time>); an existing one resumes")
@@ -145,7 +145,7 @@ def run(plan: Path, out_dir: Path | None, yes: bool, ray: str | None) -> None:
     execute(plan, out_dir, yes, ray)
 
 
-@click.command()
+@click.command(epilog="Example: servediff demo --out runs/demo")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               help="run directory (default runs/demo-<time>); an existing one resumes")
 def demo(out_dir: Path | None) -> None:

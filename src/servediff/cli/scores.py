@@ -13,7 +13,8 @@ from servediff.cli.console import out
 from servediff.errors import InputError
 
 
-@click.command()
+@click.command(epilog="Example: servediff scores runs/demo-20261205-090712 --arm sdpa "
+                        "--load 1 --json")
 @click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
 @click.option("--json", "as_json", is_flag=True, help="one JSON row per line (JSONL)")
 @click.option("--arm", help="only this arm")

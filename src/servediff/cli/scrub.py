@@ -12,7 +12,7 @@ from servediff.scrub import policy
 from servediff.scrub import scrub as scrub_text
 
 
-@click.command()
+@click.command(epilog="Example: servediff scrub server.log > server-scrubbed.log")
 @click.argument("source", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--allow-host", "allow", multiple=True, metavar="HOST",
               help="keep this host (and its subdomains) verbatim; repeatable")

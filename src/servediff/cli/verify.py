@@ -10,7 +10,7 @@ from servediff.bundle import verify as verify_bundle
 from servediff.cli.console import out
 
 
-@click.command()
+@click.command(epilog="Example: servediff verify runs/demo-20261205-090712")
 @click.argument("run_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
 def verify(run_dir: Path) -> None:
     """Fail, naming each file, if anything in RUN changed since it was written."""
