@@ -8,6 +8,9 @@ before the clock starts, since it happens once per machine, not once per run.
 
     python benchmarks/plan_overhead.py --plan default   # drift + the full cost protocol
     python benchmarks/plan_overhead.py --plan demo      # the demo's smaller grids
+    python benchmarks/plan_overhead.py --plan demo --dtype float32  # as on a CPU without bf16
+
+It also prints the duration `servediff run` estimates before the run, beside the wall.
 
 `default` is a plan that names only engine, model and arms (two attention
 implementations): what a user gets without choosing any probe settings.
@@ -26,7 +29,9 @@ from pathlib import Path
 
 from servediff import models
 from servediff.derived import write_derived
+from servediff.estimate import estimate
 from servediff.plan import resolve_plan
+from servediff.probes import protocol_size
 from servediff.runner import Runner, SilentObserver
 
 DEFAULT = """
@@ -44,11 +49,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--plan", choices=("default", "demo"), default="default")
     parser.add_argument("--keep", type=Path, help="write the run here instead of a temp folder")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"),
+                        help="the plan's engine_options.dtype (default: the plan's own)")
     args = parser.parse_args()
     models.smollm2_dir(lambda message: None)
     text = (DEFAULT if args.plan == "default" else
             resources.files("servediff.plans").joinpath("demo.toml").read_text())
-    plan, corpus = resolve_plan(tomllib.loads(text), f"{args.plan}.toml", Path.cwd())
+    raw = tomllib.loads(text)
+    if args.dtype:
+        raw.setdefault("engine_options", {})["dtype"] = args.dtype
+    plan, corpus = resolve_plan(raw, f"{args.plan}.toml", Path.cwd())
+    found = estimate(plan, protocol_size(plan, corpus), Path.cwd())
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp) / "run"
         t0, started = time.monotonic(), time.time()
@@ -89,6 +100,11 @@ def main() -> None:
     print(f"  of which not gate    {harness:8.1f} s  ({harness / wall:.1%}: servediff's own "
           "overhead)")
     print(f"ratio wall / engine    {wall / engine:8.3f}")
+    if isinstance(found, str):
+        print(found)
+    else:
+        print(f"estimated before it    {found.seconds:8.1f} s  (wall / estimate "
+              f"{wall / found.seconds:.3f}; {found.basis})")
 
 
 if __name__ == "__main__":

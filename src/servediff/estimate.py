@@ -12,6 +12,7 @@ on, its progress lines give a time left from the run's own cells instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from servediff.probes import Size
 
 # SmolLM2-135M, the built-in model
 SMOLLM2_PARAMETERS = 134_515_008
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,12 @@ class Rates:
 # 41 tok/s in the two arms), 2026-12-01.
 CPU = Rates("CPU", prefill_tok_s=1690.0, decode_tok_s=38.0, parameters=SMOLLM2_PARAMETERS,
             source="the demo on a 2-core CPU, bf16")
+# The same plan in float32 on the same kind of machine (`python benchmarks/plan_overhead.py
+# --plan demo --dtype float32`, 2026-12-05): the sdpa arm's speed cells at 512 prompt
+# tokens, one request at a time (741 tok/s prefill, 26.2 tok/s decode). A CPU without
+# native bf16 computes in float32 (dtype "auto"); one without AVX-512 is slower still.
+CPU_FP32 = Rates("CPU", prefill_tok_s=741.0, decode_tok_s=26.2,
+                 parameters=SMOLLM2_PARAMETERS, source="the demo on a 2-core CPU, float32")
 # docs/validation/h200-transformers-cost: bf16 arm, 4,096 prompt tokens, NVIDIA H200.
 GPU = Rates("GPU", prefill_tok_s=46_675.0, decode_tok_s=54.6, parameters=1_711_000_000,
             source="docs/validation/h200-transformers-cost, an H200, bf16")
@@ -100,15 +108,38 @@ def on_gpu(plan: Plan) -> bool:
     return bool(gpu.names())
 
 
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX), as oneDNN, and
+    so the embedded engine's dtype "auto", finds it; read without importing torch."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("flags"):
+                return bool(BF16_FLAGS & set(line.split(":", 1)[1].split()))
+    return False
+
+
+def cpu_rates(plan: Plan) -> Rates:
+    """The CPU rates for the dtype the plan's engine will compute in: the plan's
+    `engine_options.dtype`, else its engine's default; "auto" is bfloat16 only where the
+    CPU has it natively. An engine with no dtype option keeps the bf16 rates."""
+    dtype = plan.engine_options.get("dtype")
+    if dtype is None:
+        field = registry.create(plan.engine).options_model.model_fields.get("dtype")
+        dtype = field.default if field is not None else None
+    if dtype == "auto":
+        dtype = "bfloat16" if native_bf16() else "float32"
+    return CPU_FP32 if dtype == "float32" else CPU
+
+
 def estimate(plan: Plan, size: Size, base_dir: Path) -> Estimate | str:
     """The estimate, or why there is none."""
     found = model_parameters(plan.model, base_dir)
     if found is None:
         return "no duration estimate: the model's size is not known before it loads"
     parameters, how = found
-    rates = GPU if on_gpu(plan) else CPU
+    rates = GPU if on_gpu(plan) else cpu_rates(plan)
     scale = parameters / rates.parameters
-    decode = rates.decode_tok_s / (scale if rates is CPU else 1.0)
+    decode = rates.decode_tok_s / (scale if rates is not GPU else 1.0)
     compute = size.prompt_tokens / (rates.prefill_tok_s / scale) + size.new_tokens / decode
     start = registry.create(plan.engine).typical_start_s
     cost_loads = plan.cost_loads_per_arm * len(plan.arms)

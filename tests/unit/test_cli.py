@@ -349,3 +349,35 @@ def test_every_command_s_help_shows_an_example():
         result = CliRunner().invoke(cli, [name, "--help"])
         assert result.exit_code == 0, result.output
         assert f"Example: servediff {name}" in result.output, name
+
+
+@pytest.mark.parametrize(("dtype", "native", "source"), [
+    ("float32", True, "float32"), ("auto", False, "float32"), ("auto", True, "bf16"),
+    ("bfloat16", False, "bf16"), (None, True, "float32")])  # the embedded engine's default
+def test_the_estimate_uses_the_rates_of_the_dtype_the_engine_will_compute_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: str | None, native: bool,
+        source: str):
+    # the demo in float32 took 443 s on the machine whose bf16 rates said 244 s: a CPU
+    # without native bf16 ("auto" there is float32) gets float32 rates
+    import tomllib
+    from importlib import resources
+
+    from servediff import estimate
+    from servediff.plan import resolve_plan
+    from servediff.probes import protocol_size
+
+    monkeypatch.setattr(estimate, "native_bf16", lambda: native)
+    monkeypatch.setattr(estimate, "on_gpu", lambda plan: False)
+    raw = tomllib.loads(resources.files("servediff.plans").joinpath("demo.toml").read_text())
+    raw["engine_options"].pop("dtype")
+    if dtype is not None:
+        raw["engine_options"]["dtype"] = dtype
+    plan, corpus = resolve_plan(raw, "demo.toml", tmp_path)
+    found = estimate.estimate(plan, protocol_size(plan, corpus), tmp_path)
+    assert not isinstance(found, str)
+    assert f"a 2-core CPU, {source}," in found.basis
+    bf16 = estimate.estimate(plan.model_copy(update={"engine_options": {
+        **plan.engine_options, "dtype": "bfloat16"}}), protocol_size(plan, corpus), tmp_path)
+    assert not isinstance(bf16, str)
+    assert found.seconds / bf16.seconds == (pytest.approx(1.61, abs=0.05)
+                                            if source == "float32" else 1.0)
