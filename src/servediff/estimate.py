@@ -20,6 +20,7 @@ from pathlib import Path
 
 from servediff import gpu, models
 from servediff.engines import registry
+from servediff.engines.base import EngineAdapter
 from servediff.plan import Plan
 from servediff.probes import Size
 
@@ -118,13 +119,13 @@ def native_bf16() -> bool:
     return False
 
 
-def cpu_rates(plan: Plan) -> Rates:
+def cpu_rates(plan: Plan, adapter: EngineAdapter) -> Rates:
     """The CPU rates for the dtype the plan's engine will compute in: the plan's
     `engine_options.dtype`, else its engine's default; "auto" is bfloat16 only where the
     CPU has it natively. An engine with no dtype option keeps the bf16 rates."""
     dtype = plan.engine_options.get("dtype")
     if dtype is None:
-        field = registry.create(plan.engine).options_model.model_fields.get("dtype")
+        field = adapter.options_model.model_fields.get("dtype")
         dtype = field.default if field is not None else None
     if dtype == "auto":
         dtype = "bfloat16" if native_bf16() else "float32"
@@ -137,11 +138,12 @@ def estimate(plan: Plan, size: Size, base_dir: Path) -> Estimate | str:
     if found is None:
         return "no duration estimate: the model's size is not known before it loads"
     parameters, how = found
-    rates = GPU if on_gpu(plan) else cpu_rates(plan)
+    adapter = registry.create(plan.engine)
+    rates = GPU if on_gpu(plan) else cpu_rates(plan, adapter)
     scale = parameters / rates.parameters
     decode = rates.decode_tok_s / (scale if rates is not GPU else 1.0)
     compute = size.prompt_tokens / (rates.prefill_tok_s / scale) + size.new_tokens / decode
-    start = registry.create(plan.engine).typical_start_s
+    start = adapter.typical_start_s
     cost_loads = plan.cost_loads_per_arm * len(plan.arms)
     gated = (cost_loads if plan.quiet.gate_cost else 0) + (
         size.loads - cost_loads if plan.quiet.gate_drift else 0)

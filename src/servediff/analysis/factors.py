@@ -148,8 +148,9 @@ def contrast_properties(a: str, b: str, arms: Mapping[str, FactorArm],
             row = c.comparison
             out.append((Property(topic="speed", metric=row.metric, length=row.prompt_tokens,
                                  level=row.concurrency), _changed_kind(c.kind), [c]))
+    probed = verdict.probe_claims(found, a, b)
     for section in found:
-        its: list[Claim] = [c for c in verdict.probe_claims(found, a, b) if c.probe == section]
+        its: list[Claim] = [c for c in probed if c.probe == section]
         judged = [changed for c in its if (changed := _changed_kind(c.kind)) is not None]
         out.append((Property(topic="probe", probe=section),
                     any(judged) if judged else None, its))
