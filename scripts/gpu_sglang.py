@@ -211,8 +211,19 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
                      f"lengths = [512, {4096 if gpu else 1024}]")
             .replace(f"prompt_tokens = [512, {CONCURRENT if gpu else 1024}]",
                      f"prompt_tokens = [512, {8192 if gpu else 1024}]"))
+    # the seed's headline alone, for what is left of a lease: where each arm's single
+    # prompts stop surviving and its KV pool, on the seed's stack (no prefill graphs), in
+    # four cold loads (one drift and one cost load per arm)
+    limit = (f'name = "h200-sglang-limit"\nengine = "sglang"\nmodel = "{models["seed"]}"\n'
+             "loads_per_arm = 1\ncost_loads_per_arm = 1\n" + launch(device, seed_stack)
+             + '[factors.deterministic]\nargs = ["--enable-deterministic-inference"]\n'
+             + "[corpus]\nmax_texts = 4\n[probes.repeat]\ncount = 1\n"
+             + "".join(f"[probes.{p}]\nenabled = false\n"
+                       for p in ("concurrency", "generate", "speed", "prefix"))
+             + f"[probes.sweep]\nstart = {4096 if gpu else 256}\nlevels = [1]\n"
+             + "resolution = 256\nrequest_timeout_s = 120\n" + QUIET)
     return [("h200-sglang-first-start", first), ("h200-sglang-seed-pair", pair),
-            ("h200-sglang-seed", seed),
+            ("h200-sglang-seed", seed), ("h200-sglang-limit", limit),
             ("h200-sglang-smollm2", trained), ("h200-sglang-moe-autotune", moe)]
 
 
@@ -222,7 +233,7 @@ def moe_backend() -> str | None:
     return "flashinfer_cutlass" if MOE_DONE.exists() else None
 
 
-def warm_up(models: dict[str, Path], budget_s: float) -> None:
+def warm_up(models: dict[str, Path], budget_s: float, triton: bool, out: Path) -> None:
     """Build the compiled code the plans' arms need before their first load: one server
     per (model, backend, deterministic) at once, each on a quarter of the GPU's memory,
     until each answers /health, then stopped. The builds land in the kept caches (KEEP);
@@ -233,12 +244,15 @@ def warm_up(models: dict[str, Path], budget_s: float) -> None:
     import signal
     import urllib.request
 
-    seed = ["--context-length", "16384", "--disable-prefill-cuda-graph"]
+    # as the drift loads launch them (radix cache off); the triton arm only for the seed plan
+    seed = ["--context-length", "16384", "--disable-prefill-cuda-graph",
+            "--disable-radix-cache"]
     configs = [(models["seed"], ["--attention-backend", "flashinfer", *seed]),
                (models["seed"], ["--attention-backend", "flashinfer", *seed,
-                                 "--enable-deterministic-inference"]),
-               (models["seed"], ["--attention-backend", "triton", *seed,
                                  "--enable-deterministic-inference"])]
+    if triton:
+        configs.append((models["seed"], ["--attention-backend", "triton", *seed,
+                                          "--enable-deterministic-inference"]))
     env = {**os.environ, **carried_env(SGLANG_SET), **{k: str(v) for k, v in KEEP.items()}}
     procs = []
     logs = []
@@ -249,7 +263,7 @@ def warm_up(models: dict[str, Path], budget_s: float) -> None:
         logs.append(log)
         procs.append((port, subprocess.Popen(
             ["python3", "-m", "sglang.launch_server", "--model-path", str(model), "--host",
-             "127.0.0.1", "--port", str(port), "--mem-fraction-static", "0.25",
+             "127.0.0.1", "--port", str(port), "--mem-fraction-static", "0.2",
              "--cuda-graph-max-bs-decode", "16", *extra],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)))
     waiting = dict(procs)
@@ -274,6 +288,8 @@ def warm_up(models: dict[str, Path], budget_s: float) -> None:
         proc.wait()
     for log in logs:
         log.close()
+    for n in range(len(configs)):  # why a warm-up server died is in its log
+        shutil.copy(WORK / f"warm-{n}.log", out / f"warm-{n}.log")
     if not waiting:
         (WORK / "warm.done").write_text(f"{time.monotonic() - t0:.0f}\n")
 
@@ -311,7 +327,7 @@ def main() -> None:
     models = {k: make() if k in needed else fake[k] for k, make in MAKERS.items()}
     print(f"models ready after {time.monotonic() - t0:.0f} s", flush=True)
     if args.warm:
-        warm_up(models, args.warm)
+        warm_up(models, args.warm, not budgets or "h200-sglang-seed" in budgets, args.out)
     walls: dict[str, float] = {}
     for name, text in plans(args.device, models, moe_backend()):
         if budgets and name not in budgets:
