@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import itertools
 import json
 import re
 import tomllib
@@ -29,6 +28,8 @@ from pydantic import (
 
 from servediff import models, secret_env
 from servediff.corpus import Corpus, load_corpus
+from servediff.design import Design, DesignSpec
+from servediff.design import make as make_design
 from servediff.engines import registry
 from servediff.engines.base import EngineOptions
 from servediff.errors import PlanError
@@ -45,9 +46,6 @@ ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]{0,39}$")
 FACTOR_ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+]{0,99}$")
 FACTOR_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]{0,31}$")
 BASELINE = "baseline"
-# Up to this many factors the design is the full factorial (2^k arms); more: the baseline,
-# each factor alone and all of them together.
-FULL_FACTORIAL = 3
 
 
 class Strict(BaseModel):
@@ -133,15 +131,6 @@ def combine(names: list[str], factors: dict[str, FactorSpec]) -> ArmSpec:
 
 def _setter(names: list[str], factors: dict[str, FactorSpec], part: str, key: str) -> str:
     return next(n for n in names if key in getattr(factors[n], part))
-
-
-def design(names: list[str]) -> list[list[str]]:
-    """The factor sets to measure, the baseline first: every subset up to FULL_FACTORIAL
-    factors (by size, then plan order), else each factor alone and all together."""
-    if len(names) <= FULL_FACTORIAL:
-        return [list(c) for k in range(len(names) + 1)
-                for c in itertools.combinations(names, k)]
-    return [[], *([n] for n in names), list(names)]
 
 
 def arm_name(factors: list[str]) -> str:
@@ -321,6 +310,9 @@ class Plan(Strict):
     # One change each relative to the baseline ([engine_options] and [launch]); servediff
     # makes the arms from them (`design`), before any arm written in [arms].
     factors: dict[str, FactorSpec] = Field(default_factory=dict)
+    # Which factor sets become arms: the full factorial up to three factors, else a
+    # fractional design of resolution IV (servediff.design).
+    design: DesignSpec = DesignSpec()
     arms: dict[str, ArmSpec] = Field(default_factory=dict)
     ship: ShipSpec = ShipSpec()
     corpus: CorpusSpec = CorpusSpec()
@@ -366,7 +358,7 @@ class Plan(Strict):
         """The arms the factors make come first; a plan read back from its lock holds them
         already, and they must be what the factors make."""
         made = {arm_name(names): combine(names, self.factors)
-                for names in design(list(self.factors))} if self.factors else {}
+                for names in self.made_design().rows} if self.factors else {}
         for name, arm in self.arms.items():
             if name in made and arm != made[name]:
                 raise ValueError(f"arms.{name}: the factors make an arm of this name; "
@@ -399,6 +391,13 @@ class Plan(Strict):
                 + (f"; in more than one: {', '.join(twice)}" if twice else "")
                 + (f"; in none: {', '.join(left)}" if left else ""))
         return self
+
+    def made_design(self) -> Design:
+        """The design the factors make (the baseline alone without factors)."""
+        try:
+            return make_design(list(self.factors), self.design)
+        except ValueError as e:
+            raise ValueError(f"design.{e}") from None
 
     def factor_arms(self) -> dict[str, list[str]]:
         """The arms the factors made, with their factors (the baseline's: none)."""

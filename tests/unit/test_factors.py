@@ -128,11 +128,19 @@ def test_factors_out_of_alphabetical_order_survive_the_lock_file(tmp_path: Path,
     write_lock(tmp_path, lock(plan, TEXTS))  # the same run: accepted
 
 
-def test_more_than_three_factors_are_each_alone_and_all_together(tmp_path: Path,
-                                                                 fake_engine: None):
+def test_more_than_three_factors_make_a_half_fraction_of_resolution_iv(tmp_path: Path,
+                                                                       fake_engine: None):
+    # four factors: 2^(4-1) = 8 arms, defined by f0 x f1 x f2 x f3, the baseline among them,
+    # every main effect clear of two-factor interactions, which alias in pairs
     factors = {f"f{i}": {"args": [f"--f{i}"]} for i in range(4)}
     plan = factor_plan(tmp_path, factors=factors)
-    assert list(plan.arms) == ["baseline", "f0", "f1", "f2", "f3", "f0+f1+f2+f3"]
+    assert list(plan.arms) == ["baseline", "f0+f1", "f0+f2", "f0+f3", "f1+f2", "f1+f3",
+                               "f2+f3", "f0+f1+f2+f3"]
+    made = plan.made_design()
+    assert (made.kind, made.resolution, made.defining) == ("fractional", 4,
+                                                           [["f0", "f1", "f2", "f3"]])
+    assert sorted(map(sorted, made.aliases())) == [
+        ["f0 x f1", "f2 x f3"], ["f0 x f2", "f1 x f3"], ["f0 x f3", "f1 x f2"]]
 
 
 @pytest.mark.parametrize(("factors", "expected"), [
