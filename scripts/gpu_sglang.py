@@ -235,62 +235,55 @@ def moe_backend() -> str | None:
 
 def warm_up(models: dict[str, Path], budget_s: float, triton: bool, out: Path) -> None:
     """Build the compiled code the plans' arms need before their first load: one server
-    per (model, backend, deterministic) at once, each on a quarter of the GPU's memory,
-    until each answers /health, then stopped. The builds land in the kept caches (KEEP);
-    every load records what it found there. FlashInfer builds each module under a lock,
-    so servers that need the same one wait for one build."""
+    per (backend, deterministic), one after another, each until it answers /health (its
+    own first prefill has then run), then stopped. The builds land in the kept caches
+    (KEEP); every load records what it found there.
+
+    One at a time: SGLang 0.5.17 sizes its KV pool from the memory free when it starts,
+    so a second server beside a first is refused ("Loaded weights leave no GPU memory
+    for the KV cache under --mem-fraction-static=0.2"; 2026-12-05, H100)."""
     if (WORK / "warm.done").exists():
         return
     import signal
     import urllib.request
 
     # as the drift loads launch them (radix cache off); the triton arm only for the seed plan
-    seed = ["--context-length", "16384", "--disable-prefill-cuda-graph",
-            "--disable-radix-cache"]
-    configs = [(models["seed"], ["--attention-backend", "flashinfer", *seed]),
-               (models["seed"], ["--attention-backend", "flashinfer", *seed,
-                                 "--enable-deterministic-inference"])]
+    seed = ["--context-length", "16384", "--cuda-graph-max-bs-decode", "16",
+            "--disable-prefill-cuda-graph", "--disable-radix-cache"]
+    configs = [["--attention-backend", "flashinfer", *seed],
+               ["--attention-backend", "flashinfer", *seed, "--enable-deterministic-inference"]]
     if triton:
-        configs.append((models["seed"], ["--attention-backend", "triton", *seed,
-                                          "--enable-deterministic-inference"]))
+        configs.append(["--attention-backend", "triton", *seed,
+                        "--enable-deterministic-inference"])
     env = {**os.environ, **carried_env(SGLANG_SET), **{k: str(v) for k, v in KEEP.items()}}
-    procs = []
-    logs = []
     t0 = time.monotonic()
-    for n, (model, extra) in enumerate(configs):
+    ready = 0
+    for n, extra in enumerate(configs):
         port = 31000 + n
-        log = (WORK / f"warm-{n}.log").open("w")
-        logs.append(log)
-        procs.append((port, subprocess.Popen(
-            ["python3", "-m", "sglang.launch_server", "--model-path", str(model), "--host",
-             "127.0.0.1", "--port", str(port), "--mem-fraction-static", "0.2",
-             "--cuda-graph-max-bs-decode", "16", *extra],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)))
-    waiting = dict(procs)
-    while waiting and time.monotonic() - t0 < budget_s:
-        for port, proc in list(waiting.items()):
-            if proc.poll() is not None:
-                print(f"warm-up server {port - 31000} exited {proc.returncode} after "
-                      f"{time.monotonic() - t0:.0f} s", flush=True)
-                del waiting[port]
-                continue
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                    print(f"warm-up server {port - 31000} ready after "
+        with (WORK / f"warm-{n}.log").open("w") as log:
+            proc = subprocess.Popen(
+                ["python3", "-m", "sglang.launch_server", "--model-path", str(models["seed"]),
+                 "--host", "127.0.0.1", "--port", str(port), *extra],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            while time.monotonic() - t0 < budget_s:
+                if proc.poll() is not None:
+                    print(f"warm-up server {n} exited {proc.returncode} after "
                           f"{time.monotonic() - t0:.0f} s", flush=True)
-                    del waiting[port]
-            except OSError:
-                pass
-        time.sleep(2)
-    for _, proc in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    for log in logs:
-        log.close()
-    for n in range(len(configs)):  # why a warm-up server died is in its log
-        shutil.copy(WORK / f"warm-{n}.log", out / f"warm-{n}.log")
-    if not waiting:
+                    break
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health",
+                                                timeout=2):
+                        print(f"warm-up server {n} ready after "
+                              f"{time.monotonic() - t0:.0f} s", flush=True)
+                        ready += 1
+                        break
+                except OSError:
+                    time.sleep(2)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        shutil.copy(WORK / f"warm-{n}.log", out / f"warm-{n}.log")  # why one died
+    if ready == len(configs):
         (WORK / "warm.done").write_text(f"{time.monotonic() - t0:.0f}\n")
 
 
