@@ -446,6 +446,8 @@ def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
         del dumped["comparisons"]
     if not dumped["launch"]["keep_caches"]:
         del dumped["launch"]["keep_caches"]
+    if plan.design == DesignSpec():  # [design] came later: its default keeps the sha256
+        del dumped["design"]
     # so are a probe's settings added after it was locked with it (ProbeSettings)
     for settings in plan.probes.sections():
         table = dumped.get("probes", {}).get(settings.section, {})

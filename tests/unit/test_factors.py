@@ -273,3 +273,64 @@ def test_a_four_arm_run_reads_at_80_columns(tmp_path: Path, monkeypatch: pytest.
         assert f"{shift.moved}/{shift.compared}" in text
     # the survival marks of all four arms, and no column squeezed to nothing
     assert "DEATH" in text and "┳┳" not in text and "┃┃" not in text
+
+
+def test_the_case_under_a_half_fraction_names_the_fix_and_the_costs_by_factor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # four factors, two of them inert: 8 arms of 16, none with autotune_off alone. The
+    # design's arms still say that the drift across loads is gone exactly where
+    # autotune_off is, and that the KV pool changed exactly where deterministic is; the
+    # answer they predict (autotune_off alone) is not among them, and the report says so
+    factors = {"autotune_off": {"args": ["--autotune-off"]},
+               "deterministic": {"args": ["--deterministic"]},
+               "inert1": {"env": {"INERT1": "1"}}, "inert2": {"env": {"INERT2": "1"}}}
+    plan = factor_plan(tmp_path, factors=factors)
+    assert len(plan.arms) == 8 and "autotune_off" not in plan.arms
+    summary = run(tmp_path, monkeypatch, plan, the_case)
+    f = summary.factors
+    assert f is not None and f.design is not None
+    assert (f.design.kind, f.design.arms, f.design.full_arms, f.design.resolution) == (
+        "fractional", 8, 16, 4)
+    by = {(e.property.topic, e.property.regime, e.property.what): e
+          for e in f.design.explanations}
+    across = by[("drift", "across loads", None)]
+    assert (across.kind, across.sets) == ("explained", [["autotune_off"]])
+    assert sorted(across.holds) == sorted(a for a in plan.arms if "autotune_off" in a)
+    kv = by[("capacity", None, "kv")]
+    assert (kv.kind, kv.sets) == ("explained", [["deterministic"]])
+    assert f.ship.predicted == ["autotune_off"]
+    # what was measured: the smallest arm that meets it, with no cost of deterministic
+    assert f.ship.meets and "autotune_off" in f.ship.factors
+    assert "deterministic" not in f.ship.factors
+    text = "\n".join(ship_words.ship_lines(summary) + ship_words.attribution_lines(summary))
+    assert "The design: a fraction of the full factorial, 8 of 16 arms, resolution IV" in text
+    assert "drift across cold loads is gone exactly in the arms with `autotune_off`." in text
+    assert "KV capacity changed against the baseline exactly in the arms with " \
+           "`deterministic`." in text
+    assert "`autotune_off` meets the criterion; it is not among the design's arms" in text
+    assert "`autotune_off x deterministic` = `inert1 x inert2`: aliased" in text
+
+
+def test_a_resolution_iii_design_names_the_sets_it_cannot_tell_apart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # three factors in 4 arms (c = -(a x b)): baseline, a+b, a+c, b+c. The drift stops
+    # only with both flags, in one arm: a+b. That arm is also every arm with a and b, and
+    # the only arm without c: a resolution III design sees {a, b} and cannot rule out a
+    # cause it did not vary alone, so it names what it found and does not guess
+    factors = {"autotune_off": {"args": ["--autotune-off"]},
+               "deterministic": {"args": ["--deterministic"]},
+               "inert": {"env": {"INERT": "1"}}}
+    plan = factor_plan(tmp_path, factors=factors,
+                       design={"kind": "fractional", "resolution": 3})
+    assert list(plan.arms) == ["baseline", "autotune_off+deterministic",
+                               "autotune_off+inert", "deterministic+inert"]
+    summary = run(tmp_path, monkeypatch, plan, both_needed)
+    f = summary.factors
+    assert f is not None and f.design is not None and f.design.resolution == 3
+    assert ["autotune_off", "deterministic x inert"] in f.design.aliases
+    across = next(e for e in f.design.explanations if e.property.regime == "across loads")
+    assert across.holds == ["autotune_off+deterministic"]
+    assert (across.kind, across.sets) == ("explained", [["autotune_off", "deterministic"]])
+    text = "\n".join(ship_words.attribution_lines(summary))
+    assert "`autotune_off` = `deterministic x inert`: aliased, this design cannot " \
+           "separate their effects" in text

@@ -1,7 +1,7 @@
 """Factors: which factor changes which property, and what to ship.
 
-A plan's `[factors]` become arms (plan.design): the full factorial up to three
-factors, else each alone and all together. Two arms that differ in one factor
+A plan's `[factors]` become arms (servediff.design): the full factorial up to three
+factors, else a fraction of it (analysis.screening reads those). Two arms that differ in one factor
 only are a contrast of that factor. For each property measured per arm (drift
 in each regime, whether it starts, survival per level, KV capacity and slots,
 prefix reuse, start-up, speed per length, level and metric) a contrast says
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import JsonValue
 
-from servediff.analysis import cost, verdict
+from servediff.analysis import cost, screening, verdict
 from servediff.analysis.findings import (
     ArmCosts,
     ArmDrift,
@@ -266,7 +266,22 @@ def analyse(plan: Plan, drift: Mapping[str, ArmDrift], costs: Mapping[str, ArmCo
     if not plan.factors:
         return None
     arms = factor_arms(plan, drift, refused)
+    found = found or {}
+    answer = ship(plan, arms, costs, by_arm, refused, not_tested, required(plan, drift)[1],
+                  found)
+    design = plan.made_design()
+    finding = None
+    if not design.full:
+        named = {a.arm: a for a in arms}
+
+        def changes(arm: str) -> list[tuple[Property, bool | None]]:
+            return [(prop, changed) for prop, changed, _ in contrast_properties(
+                BASELINE, arm, named, costs, by_arm, refused, found)]
+
+        finding = screening.analyse(design, arms, changes)
+        answer = answer.model_copy(update={"predicted": screening.predicted(
+            finding, [r for r in answer.require if r not in answer.unmeasured],
+            list(plan.factors))})
     return Factors(names=list(plan.factors), arms=arms,
-                   attribution=attribute(plan, arms, costs, by_arm, refused, found or {}),
-                   ship=ship(plan, arms, costs, by_arm, refused, not_tested,
-                             required(plan, drift)[1], found or {}))
+                   attribution=attribute(plan, arms, costs, by_arm, refused, found),
+                   ship=answer, design=finding)

@@ -17,7 +17,7 @@ from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
 from servediff.plan import ProbesSpec, Regime
 from servediff.probes.base import Untested
 
-SUMMARY_SCHEMA_VERSION = 11
+SUMMARY_SCHEMA_VERSION = 12
 
 Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
 Band = list[float]
@@ -889,15 +889,54 @@ class Ship(Finding):
     costs: list[Claim]
     left_out: list[LeftOut]
     not_tested: list[str]
+    # a design short of the full factorial: the factors it says meet the criterion (None:
+    # it cannot say, see factors.design); schema 12
+    predicted: list[str] | None = None
+
+
+ExplanationKind = Literal["every arm", "no arm", "explained", "cannot tell apart",
+                          "unexplained", "not measured"]
+
+
+class Explanation(Finding):
+    """Where a property holds across a design's arms (drift: the regime reproducible;
+    any other: changed against the baseline), and the smallest factor sets whose presence
+    matches it in every measured arm: one set (explained), several the arms cannot tell
+    apart, or none up to three factors together (unexplained). Schema 12."""
+
+    property: Property
+    kind: ExplanationKind
+    holds: list[str]
+    fails: list[str]
+    unmeasured: list[str] = Field(default_factory=list)
+    sets: list[list[str]] = Field(default_factory=list)
+
+
+class DesignFinding(Finding):
+    """A fractional or screening design: which arms it measured of the full factorial's,
+    its resolution and defining relation, the effects it aliases (main effects and
+    two-factor interactions, "a x b"), and what its arms explain. Schema 12."""
+
+    kind: Literal["fractional", "screening"]
+    arms: int
+    full_arms: int
+    resolution: int | None
+    defining: list[list[str]]
+    aliases: list[list[str]]
+    # main effects partly aliased with a two-factor interaction (screening designs)
+    partial: int
+    explanations: list[Explanation]
 
 
 class Factors(Finding):
-    """The factor design's arms, the attribution of each property, and what to ship."""
+    """The factor design's arms, the attribution of each property, and what to ship; for
+    a design short of the full factorial, what the design can tell (`design`)."""
 
     names: list[str]
     arms: list[FactorArm]
     attribution: list[Attribution]
     ship: Ship
+    design: DesignFinding | None = None
 
 
 # --- what was not measured --------------------------------------------------------------------

@@ -9,6 +9,8 @@ from __future__ import annotations
 from servediff import probes
 from servediff.analysis.findings import (
     Attribution,
+    DesignFinding,
+    Explanation,
     FactorArm,
     Factors,
     Property,
@@ -16,6 +18,7 @@ from servediff.analysis.findings import (
     Ship,
     Summary,
 )
+from servediff.design import ROMAN
 from servediff.probes.speed import in_flight
 from servediff.report.words import (
     METRIC_NAMES,
@@ -90,6 +93,8 @@ def ship_lines(summary: Summary) -> list[str]:
             lines += [f"- {claim_text(c)}" for c in left.costs]
         else:
             lines.append(f"{head}; on top of `{left.against}` no cost was observed.")
+    if f.design is not None:
+        lines.append(prediction_text(f, ship))
     missing = [f"{name}: {untested_text(name, why)}" for name, why in summary.untested.items()]
     lines.append("Not tested: " + ("; ".join(missing) if missing else
                                    "nothing the probes know of was left out") + ".")
@@ -120,13 +125,74 @@ def effect_text(a: Attribution) -> str:
             "not measured": "not measured"}[a.effect]
 
 
+def prediction_text(f: Factors, ship: Ship) -> str:
+    """What the design says meets the criterion, and whether its arm was measured."""
+    if ship.predicted is None:
+        return ("The design cannot say which factors meet the criterion: see what its arms "
+                "can tell, below.")
+    name = "+".join(ship.predicted) or ship.baseline
+    arm = _arm(f, name)
+    said = f"The design predicts that `{name}` meets the criterion"
+    if arm is None:
+        return (f"{said}; it is not among the design's arms, so it is a prediction until "
+                "a confirmation arm measures it.")
+    return f"{said}; measured here, it " + ("does." if arm.meets else "does not.")
+
+
+def set_text(names: list[str]) -> str:
+    return (f"`{names[0]}`" if len(names) == 1
+            else and_list([f"`{n}`" for n in names]) + " together")
+
+
+def explanation_text(e: Explanation, arms: int) -> str | None:
+    """One property across the design's arms, or None when nothing is to be said (a
+    property no arm changed, or none measured)."""
+    drift = e.property.topic == "drift"
+    what = property_text(e.property)
+    verb = "is gone" if drift else "changed against the baseline"
+    if e.kind == "every arm":
+        return f"{what}: gone in every arm." if drift else None
+    if e.kind == "no arm":
+        return f"{what}: in every arm; no factor removes it." if drift else None
+    if e.kind == "explained":
+        return f"{what} {verb} exactly in the arms with {set_text(e.sets[0])}."
+    if e.kind == "cannot tell apart":
+        return (f"{what} {verb} in the arms with "
+                + " or with ".join(set_text(x) for x in e.sets)
+                + f": these {arms} arms cannot tell them apart.")
+    if e.kind == "unexplained":
+        return (f"{what} {verb} in {and_list([f'`{a}`' for a in e.holds])}; no set of up to "
+                "three factors present together explains it.")
+    return None
+
+
+def design_lines(d: DesignFinding) -> list[str]:
+    """The design's shape, what it aliases, and what its arms explain."""
+    shape = (f"resolution {ROMAN.get(d.resolution, str(d.resolution))}"
+             if d.resolution else "no effect fully aliased")
+    relation = ("; defining relation I = " + " = ".join(" x ".join(w) for w in d.defining)
+                if d.defining else "")
+    head = ("a fraction of the full factorial" if d.kind == "fractional"
+            else "a Plackett-Burman screening design")
+    lines = [f"The design: {head}, {d.arms} of {d.full_arms} arms, {shape}{relation}."]
+    for group in d.aliases:
+        lines.append(f"{' = '.join(f'`{e}`' for e in group)}: aliased, this design cannot "
+                     "separate their effects; a fold-over or a confirmation arm does.")
+    if d.partial:
+        lines.append(f"{d.partial} pairs of a main effect and a two-factor interaction are "
+                     "partly aliased (correlated, not equal, over these arms).")
+    lines += [t for e in d.explanations if (t := explanation_text(e, d.arms))]
+    return lines
+
+
 def attribution_lines(summary: Summary) -> list[str]:
     """Per factor: what it changes (always or with another factor), then what it never
-    changes, in one line."""
+    changes, in one line; under a design short of the full factorial, what its arms tell
+    first."""
     f = summary.factors
     if f is None:
         return []
-    lines = []
+    lines = design_lines(f.design) if f.design else []
     for factor in f.names:
         mine = [a for a in f.attribution if a.factor == factor]
         changes = [a for a in mine if a.effect in ("always", "interaction")]
