@@ -39,7 +39,7 @@ FULL_FACTORIAL = 3
 DEFAULT_RESOLUTION = 4
 # fracfact_opt searches every generator set: 3 s for 8 factors, minutes for 9
 MAX_FRACTIONAL = 8
-ROMAN = {3: "III", 4: "IV", 5: "V"}
+ROMAN = {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII", 8: "VIII", 9: "IX"}
 Matrix = npt.NDArray[np.int_]
 
 

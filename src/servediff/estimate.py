@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servediff import gpu, models
+from servediff.design import ROMAN
 from servediff.engines import registry
 from servediff.engines.base import EngineAdapter
 from servediff.plan import Plan
@@ -168,3 +169,20 @@ def duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{round(seconds / 60)} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def design_text(plan: Plan, size: Size) -> str | None:
+    """For a design short of the full factorial: its arms and cold loads, beside what the
+    full factorial of the same factors would cost."""
+    if not plan.factors:
+        return None
+    made = plan.made_design()
+    if made.full:
+        return None
+    per_arm = size.loads / len(plan.arms)
+    full = 2 ** len(plan.factors) + len(plan.arms) - len(made.rows)
+    shape = (f"resolution {ROMAN[made.resolution]}" if made.resolution in ROMAN
+             else "Plackett-Burman" if made.kind == "screening" else made.kind)
+    return (f"design: {made.kind} ({shape}), {len(made.rows)} of {2 ** len(plan.factors)} "
+            f"factor arms: {size.loads} cold loads; the full factorial would take "
+            f"{round(per_arm * full)}")

@@ -24,6 +24,7 @@ from servediff.analysis.findings import FailureClaim, Summary
 from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence, read_lock, write_lock
 from servediff.engines import registry
+from servediff.design import ROMAN
 from servediff.errors import PlanError
 from servediff.plan import Plan, lock, resolve_plan
 from servediff.report import ship as ship_words
@@ -156,6 +157,54 @@ def test_bad_factors_name_what_is_wrong(tmp_path: Path, fake_engine: None,
         resolve_plan(raw, "p.toml", tmp_path)
     assert expected.split("Value error, ")[-1] in str(info.value)
     assert "Traceback" not in str(info.value)
+
+
+SIX = {n: {"env": {n.upper(): "1"}} for n in "abcdef"}
+
+
+@pytest.mark.parametrize(("design", "expected"), [
+    ({"kind": "screening", "resolution": 4},
+     'p.toml: design: resolution and generators belong to kind = "fractional"'),
+    ({"kind": "fractional", "generators": "a b c"},
+     "p.toml: design.generators: 3 words for 6 factors; give one word per factor, in plan "
+     "order (a b c d e f)"),
+    ({"kind": "fractional", "generators": "a b c d e xy"},
+     "p.toml: design.generators: use the letters a b c d e f"),
+    ({"kind": "fractional", "generators": "a b c d e ab", "resolution": 3},
+     "give resolution or generators, not both"),
+    ({"kind": "fractional", "resolution": 5, "extra": 1}, "design.extra"),
+])
+def test_bad_designs_name_the_field(tmp_path: Path, fake_engine: None, design: dict,
+                                    expected: str):
+    raw = {"engine": "fake", "model": "smollm2", "factors": SIX, "design": design}
+    with pytest.raises(PlanError) as info:
+        resolve_plan(raw, "p.toml", tmp_path)
+    assert expected in str(info.value)
+    assert "Traceback" not in str(info.value)
+
+
+@pytest.mark.parametrize(("design", "arms", "resolution"), [
+    ({"kind": "fractional", "resolution": 3}, 8, 3),
+    ({}, 16, 4),  # past three factors the default: resolution IV
+    ({"kind": "fractional", "resolution": 5}, 32, 6),
+    ({"kind": "screening"}, 8, 3),
+    ({"kind": "fractional", "generators": "a b c ab ac bc"}, 8, 3),
+])
+def test_six_factors_take_the_arms_of_their_design_and_the_baseline_first(
+        tmp_path: Path, fake_engine: None, design: dict, arms: int, resolution: int):
+    from servediff.estimate import design_text
+    from servediff.probes import protocol_size
+
+    plan, corpus = resolve_plan({"engine": "fake", "model": "smollm2", "factors": SIX,
+                                 "design": design}, "p.toml", tmp_path)
+    made = plan.made_design()
+    assert len(plan.arms) == arms == len({frozenset(a.factors) for a in plan.arms.values()})
+    assert list(plan.arms)[0] == "baseline" and made.resolution == resolution
+    size = protocol_size(plan, corpus)
+    assert design_text(plan, size) == (
+        f"design: {made.kind} ({'resolution ' + ROMAN[resolution]}), {arms} of 64 factor "
+        f"arms: {size.loads} cold loads; the full factorial would take "
+        f"{size.loads // arms * 64}")
 
 
 def test_the_case_ship_autotune_off_deterministic_is_not_needed_and_costs_three_things(
