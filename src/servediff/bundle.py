@@ -190,12 +190,15 @@ def read_lock(root: Path) -> LockedPlan:
     data = read_versioned(path, LOCK_SCHEMA_VERSION)
     try:
         stored = {"plan": data["plan"], "arm_order": data["arm_order"],
-                  "corpus": data["corpus"]}
+                  "corpus": data["corpus"],
+                  **({"factor_order": data["factor_order"]} if "factor_order" in data else {})}
         if digest(stored) != data["sha256"]:
             raise BundleError(f"{path}: the stored sha256 does not match the plan it holds")
         plan = dict(data["plan"])
         plan["arms"] = {name: plan["arms"][name] for name in data["arm_order"]}
-        if plan.get("factors"):
+        if "factor_order" in data:
+            plan["factors"] = {name: plan["factors"][name] for name in data["factor_order"]}
+        elif plan.get("factors"):
             plan["factors"] = factor_order(plan["factors"], plan["arms"])
         return LockedPlan(plan=Plan.model_validate(plan),
                           corpus=Corpus.model_validate(data["corpus"]), sha256=data["sha256"])

@@ -454,11 +454,16 @@ def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
         for key, default in settings.later_defaults.items():
             if key in table and table[key] == default:
                 del table[key]
-    return {
+    out = {
         "plan": dumped,
         "arm_order": list(plan.arms),
         "corpus": corpus.model_dump(mode="json"),
     }
+    # the factors' order names the arms and maps a design's columns; the sorted lock loses
+    # it, and a fraction has no arm of each factor alone to read it back from
+    if plan.factors and not plan.made_design().full:
+        out["factor_order"] = list(plan.factors)
+    return out
 
 
 def digest(canonical: dict[str, Any]) -> str:

@@ -23,8 +23,8 @@ from rich.console import Console
 from servediff.analysis.findings import FailureClaim, Summary
 from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence, read_lock, write_lock
-from servediff.engines import registry
 from servediff.design import ROMAN
+from servediff.engines import registry
 from servediff.errors import PlanError
 from servediff.plan import Plan, lock, resolve_plan
 from servediff.report import ship as ship_words
@@ -199,7 +199,7 @@ def test_six_factors_take_the_arms_of_their_design_and_the_baseline_first(
                                  "design": design}, "p.toml", tmp_path)
     made = plan.made_design()
     assert len(plan.arms) == arms == len({frozenset(a.factors) for a in plan.arms.values()})
-    assert list(plan.arms)[0] == "baseline" and made.resolution == resolution
+    assert next(iter(plan.arms)) == "baseline" and made.resolution == resolution
     size = protocol_size(plan, corpus)
     assert design_text(plan, size) == (
         f"design: {made.kind} ({'resolution ' + ROMAN[resolution]}), {arms} of 64 factor "
@@ -383,3 +383,17 @@ def test_a_resolution_iii_design_names_the_sets_it_cannot_tell_apart(
     text = "\n".join(ship_words.attribution_lines(summary))
     assert "`autotune_off` = `deterministic x inert`: aliased, this design cannot " \
            "separate their effects" in text
+
+
+def test_a_fraction_of_factors_out_of_alphabetical_order_survives_the_lock_file(
+        tmp_path: Path, fake_engine: None):
+    # a fraction has no arm of each factor alone, from which the full factorial's lock
+    # reads the factors' order back: its lock holds the order itself
+    factors = {n: {"env": {n.upper(): "1"}} for n in ("zeta", "alpha", "mu", "beta")}
+    plan = factor_plan(tmp_path, factors=factors)
+    assert not plan.made_design().full
+    write_lock(tmp_path, lock(plan, TEXTS))
+    again = read_lock(tmp_path)
+    assert list(again.plan.factors) == ["zeta", "alpha", "mu", "beta"]
+    assert list(again.plan.arms) == list(plan.arms)
+    write_lock(tmp_path, lock(plan, TEXTS))  # the same run: accepted

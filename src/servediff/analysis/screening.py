@@ -6,10 +6,10 @@ only, so the contrasts of analysis.factors find little. Here each property is re
 arm instead: drift in a regime holds where the arm is reproducible in it; every other
 property where the arm changed it against the baseline (the verdict's own comparisons,
 noise bands included). A factor set S explains a property when "every factor of S is in
-the arm" matches it in every measured arm. The smallest such sets are kept: one is an
-answer; several mean the design's arms cannot tell them apart, and the report names
-them all instead of guessing; none (up to MAX_ORDER factors together) means no set of
-factors present together explains it.
+the arm" matches it in every measured arm. Every such set up to MAX_ORDER factors is
+kept: one is an answer; several mean the design's arms cannot tell them apart, and the
+report names them all instead of guessing; none means no set of up to MAX_ORDER factors
+present together explains it. Under the full factorial at most one set can match.
 """
 
 from __future__ import annotations
@@ -43,13 +43,16 @@ def explain(factors: Sequence[str], arms: Mapping[str, Sequence[str]],
         return "every arm", []
     if not any(measured.values()):
         return "no arm", []
-    for order in range(1, MAX_ORDER + 1):
-        sets = [list(s) for s in itertools.combinations(factors, order)
-                if all(set(s) <= set(arms[a]) for a, v in measured.items() if v)
-                and not any(set(s) <= set(arms[a]) for a, v in measured.items() if not v)]
-        if sets:
-            return ("explained" if len(sets) == 1 else "cannot tell apart"), sets
-    return "unexplained", []
+    # every set up to MAX_ORDER, not the smallest only: in a fraction, a set S and a
+    # larger one can select the same arms (the extra factor present wherever S is), and
+    # then the arms cannot say whether it is needed too
+    sets = [list(s) for order in range(1, MAX_ORDER + 1)
+            for s in itertools.combinations(factors, order)
+            if all(set(s) <= set(arms[a]) for a, v in measured.items() if v)
+            and not any(set(s) <= set(arms[a]) for a, v in measured.items() if not v)]
+    if not sets:
+        return "unexplained", []
+    return ("explained" if len(sets) == 1 else "cannot tell apart"), sets
 
 
 def explanation(prop: Property, factors: Sequence[str], arms: Mapping[str, Sequence[str]],
