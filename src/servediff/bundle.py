@@ -7,6 +7,7 @@
       partial/<cell>-a<attempt>.json rows measured before an engine died mid-cell
       partial/<cell>-progress.json   a sweep's points so far (until the sweep is complete)
       logs/<arm>-load<N>.log         engine stdout/stderr
+      confirmation.json              a design's confirmation: the factors it measures next
       summary.json                   derived (analysis)
       report.md                      derived (report)
       manifest.json                  sha256 of every file above
@@ -137,6 +138,10 @@ class Layout:
         return self.root / "report.html"
 
     @property
+    def confirmation(self) -> Path:
+        return self.root / "confirmation.json"
+
+    @property
     def manifest(self) -> Path:
         return self.root / "manifest.json"
 
@@ -226,8 +231,43 @@ class Evidence:
         return list(self.locked.plan.arms)
 
 
+CONFIRMATION_SCHEMA_VERSION = 1
+
+
+def write_confirmation(root: Path, factors: list[str] | None, why: str) -> None:
+    """What a design's confirmation measures (None: nothing; `why` says why)."""
+    atomic.write_json(Layout(root).confirmation, {
+        "schema_version": CONFIRMATION_SCHEMA_VERSION, "factors": factors, "why": why})
+
+
+def read_confirmation(root: Path) -> tuple[list[str] | None, str] | None:
+    """(factors, why) of the run's confirmation; None before it was decided."""
+    path = Layout(root).confirmation
+    if not path.exists():
+        return None
+    data = read_versioned(path, CONFIRMATION_SCHEMA_VERSION)
+    factors = data.get("factors")
+    if not (factors is None or (isinstance(factors, list)
+                                and all(isinstance(f, str) for f in factors))):
+        raise BundleError(f"{path}: `factors` must be a list of factor names or null")
+    return factors, str(data.get("why", ""))
+
+
+def with_confirmation(root: Path, plan: Plan) -> Plan:
+    """The plan as it runs: the locked one, plus the confirmation arm once decided."""
+    found = read_confirmation(root)
+    if found is None or found[0] is None or plan.confirmation is not None:
+        return plan
+    try:
+        return plan.confirmed(found[0])
+    except ValidationError as exc:
+        raise BundleError(f"{Layout(root).confirmation}: not an arm of this plan "
+                          f"({exc.errors()[0]['msg']})") from None
+
+
 def read_evidence(root: Path) -> Evidence:
     locked = read_lock(root)
+    locked = locked.model_copy(update={"plan": with_confirmation(root, locked.plan)})
     layout = Layout(root)
     loads = tuple(_parse(p, LoadRecord) for p in layout.loads())
     cells = tuple(_parse(p, Cell) for p in layout.cells())

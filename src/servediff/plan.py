@@ -313,6 +313,9 @@ class Plan(Strict):
     # Which factor sets become arms: the full factorial up to three factors, else a
     # fractional design of resolution IV (servediff.design).
     design: DesignSpec = DesignSpec()
+    # The factors of the confirmation arm: set by servediff after a design short of the
+    # full factorial, from its prediction (the run's confirmation.json), not in a plan file.
+    confirmation: list[str] | None = None
     arms: dict[str, ArmSpec] = Field(default_factory=dict)
     ship: ShipSpec = ShipSpec()
     corpus: CorpusSpec = CorpusSpec()
@@ -359,6 +362,12 @@ class Plan(Strict):
         already, and they must be what the factors make."""
         made = {arm_name(names): combine(names, self.factors)
                 for names in self.made_design().rows} if self.factors else {}
+        if self.confirmation is not None:
+            unknown = [f for f in self.confirmation if f not in self.factors]
+            if unknown:
+                raise ValueError(f"confirmation: no such factor {', '.join(unknown)}")
+            made.setdefault(arm_name(self.confirmation),
+                            combine(self.confirmation, self.factors))
         for name, arm in self.arms.items():
             if name in made and arm != made[name]:
                 raise ValueError(f"arms.{name}: the factors make an arm of this name; "
@@ -398,6 +407,17 @@ class Plan(Strict):
             return make_design(list(self.factors), self.design)
         except ValueError as e:
             raise ValueError(f"design.{e}") from None
+
+    def confirmed(self, factors: list[str]) -> Plan:
+        """This plan with the confirmation arm of these factors (in the baseline's
+        comparison)."""
+        data = self.model_dump()
+        data["confirmation"] = [f for f in self.factors if f in factors]
+        name = arm_name(data["confirmation"])
+        if self.comparisons and name not in self.arms:
+            data["comparisons"] = [[*g, name] if BASELINE in g else g
+                                   for g in self.comparisons]
+        return Plan.model_validate(data)
 
     def factor_arms(self) -> dict[str, list[str]]:
         """The arms the factors made, with their factors (the baseline's: none)."""
@@ -448,6 +468,8 @@ def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
         del dumped["launch"]["keep_caches"]
     if plan.design == DesignSpec():  # [design] came later: its default keeps the sha256
         del dumped["design"]
+    if plan.confirmation is None:
+        del dumped["confirmation"]
     # so are a probe's settings added after it was locked with it (ProbeSettings)
     for settings in plan.probes.sections():
         table = dumped.get("probes", {}).get(settings.section, {})

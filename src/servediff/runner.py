@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Literal
 
 from servediff import hub, models, room, secret_env
-from servediff.bundle import Layout, exclusive, read_record, write_lock, write_manifest
+from servediff.bundle import (
+    Layout,
+    exclusive,
+    read_record,
+    with_confirmation,
+    write_lock,
+    write_manifest,
+)
 from servediff.context import ClientFactory, Observer, RunContext, ServedModel, make_client
 from servediff.corpus import Corpus
 from servediff.engines import registry
@@ -147,6 +154,9 @@ class Runner:
                                   observer=observer, launcher=launcher, clients=clients)
         self.base_dir = base_dir
         self.policy = LoadPolicy(plan, self.context.layout, observer)
+        # the plan as locked; the one measured adds a design's confirmation arm once the
+        # run directory says which (bundle.with_confirmation)
+        self.locked_plan = plan
 
     @property
     def layout(self) -> Layout:
@@ -202,9 +212,10 @@ class Runner:
         context = self.context
         check_cells(self.layout, context.observer.note)
         self.reap()
-        write_lock(self.layout.root, lock(context.plan, context.corpus))
+        write_lock(self.layout.root, lock(self.locked_plan, context.corpus))
         write_manifest(self.layout.root)
         self.check_room()
+        context.plan = self.policy.plan = with_confirmation(self.layout.root, self.locked_plan)
         policy = self.policy
         todo = {x: cells for x in schedule(context.plan) if (cells := policy.todo(*x))}
         if not todo:

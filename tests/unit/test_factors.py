@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from servediff import confirmation
 from servediff.analysis.findings import FailureClaim, Summary
 from servediff.analysis.summary import summarize
-from servediff.bundle import read_evidence, read_lock, write_lock
+from servediff.bundle import read_confirmation, read_evidence, read_lock, write_lock
 from servediff.design import ROMAN
 from servediff.engines import registry
 from servediff.errors import PlanError
@@ -90,8 +91,8 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan: Plan, make) -> Su
         monotonic=clock.monotonic, time=time.time, sleep=time.sleep))
     launcher = FakeLauncher(make=make)
     root = tmp_path / "run"
-    Runner(plan, TEXTS, root, tmp_path, SilentObserver(), launcher=launcher,
-           clients=launcher.client).run()
+    confirmation.run(Runner(plan, TEXTS, root, tmp_path, SilentObserver(),
+                            launcher=launcher, clients=launcher.client))
     return summarize(read_evidence(root))
 
 
@@ -329,7 +330,8 @@ def test_the_case_under_a_half_fraction_names_the_fix_and_the_costs_by_factor(
     # four factors, two of them inert: 8 arms of 16, none with autotune_off alone. The
     # design's arms still say that the drift across loads is gone exactly where
     # autotune_off is, and that the KV pool changed exactly where deterministic is; the
-    # answer they predict (autotune_off alone) is not among them, and the report says so
+    # answer they predict (autotune_off alone) is not among them, so it is confirmed:
+    # measured with the plan's loads, and What to ship rests on it
     factors = {"autotune_off": {"args": ["--autotune-off"]},
                "deterministic": {"args": ["--deterministic"]},
                "inert1": {"env": {"INERT1": "1"}}, "inert2": {"env": {"INERT2": "1"}}}
@@ -344,20 +346,54 @@ def test_the_case_under_a_half_fraction_names_the_fix_and_the_costs_by_factor(
           for e in f.design.explanations}
     across = by[("drift", "across loads", None)]
     assert (across.kind, across.sets) == ("explained", [["autotune_off"]])
-    assert sorted(across.holds) == sorted(a for a in plan.arms if "autotune_off" in a)
+    assert sorted(across.holds) == sorted(a.arm for a in f.arms if "autotune_off" in a.factors)
     kv = by[("capacity", None, "kv")]
     assert (kv.kind, kv.sets) == ("explained", [["deterministic"]])
     assert f.ship.predicted == ["autotune_off"]
-    # what was measured: the smallest arm that meets it, with no cost of deterministic
-    assert f.ship.meets and "autotune_off" in f.ship.factors
-    assert "deterministic" not in f.ship.factors
+    assert (f.design.confirmation, f.design.confirmed) == ("autotune_off", True)
+    assert (f.ship.arm, f.ship.meets, f.ship.costs) == ("autotune_off", True, [])
+    assert read_confirmation(tmp_path / "run") == (
+        ["autotune_off"], "the design predicts that `autotune_off` meets the criterion; its "
+        "arm is measured with the plan's loads")
     text = "\n".join(ship_words.ship_lines(summary) + ship_words.attribution_lines(summary))
     assert "The design: a fraction of the full factorial, 8 of 16 arms, resolution IV" in text
     assert "drift across cold loads is gone exactly in the arms with `autotune_off`." in text
     assert "KV capacity changed against the baseline exactly in the arms with " \
            "`deterministic`." in text
-    assert "`autotune_off` meets the criterion; it is not among the design's arms" in text
+    assert "`autotune_off` meets the criterion; its confirmation arm, measured with the " \
+           "plan's drift and cost loads, does: the answer above rests on it." in text
     assert "`autotune_off x deterministic` = `inert1 x inert2`: aliased" in text
+
+
+def six_flags(argv: list[str], launch: int) -> FakeEngine:
+    """--fix-a and --fix-b stop the drift only together; --costly dies above DIES_ABOVE,
+    cuts the KV pool to a third and loses prefix reuse; the rest change nothing."""
+    fixed = "--fix-a" in argv and "--fix-b" in argv
+    costly = "--costly" in argv
+    return FakeEngine(load_offset=0.0 if fixed else 1e-4 * (launch + 1),
+                      dies_above=DIES_ABOVE if costly else None,
+                      kv_tokens=93_574 if costly else 324_186, prefix_cache=not costly)
+
+
+def test_six_factors_a_fraction_and_its_confirmation_ship_what_the_full_factorial_ships(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    factors = {"fix_a": {"args": ["--fix-a"]}, "costly": {"args": ["--costly"]},
+               "inert1": {"env": {"I1": "1"}}, "fix_b": {"args": ["--fix-b"]},
+               "inert2": {"env": {"I2": "1"}}, "inert3": {"env": {"I3": "1"}}}
+    answers = {}
+    for kind, design in (("full", {"kind": "full"}),
+                         ("fraction", {"kind": "fractional", "resolution": 3})):
+        where = tmp_path / kind
+        where.mkdir()
+        summary = run(where, monkeypatch, factor_plan(where, factors=factors, design=design),
+                      six_flags)
+        f = summary.factors
+        assert f is not None
+        loads = len(read_evidence(where / "run").loads)
+        answers[kind] = (f.ship.arm, f.ship.meets, f.ship.costs, loads)
+    # 64 arms x 3 loads against 8 arms and the confirmation arm x 3 loads: under a quarter
+    assert answers["full"][:3] == answers["fraction"][:3] == ("fix_a+fix_b", True, [])
+    assert (answers["full"][3], answers["fraction"][3]) == (192, 27)
 
 
 def test_a_resolution_iii_design_names_the_sets_it_cannot_tell_apart(

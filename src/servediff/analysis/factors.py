@@ -45,7 +45,7 @@ from servediff.analysis.findings import (
     StartupClaim,
 )
 from servediff.evidence import Cell
-from servediff.plan import BASELINE, REGIMES, Plan, Regime
+from servediff.plan import BASELINE, REGIMES, Plan, Regime, arm_name
 
 DRIFT_KINDS: dict[Regime, tuple[DriftKind, ...]] = {
     "across loads": ("across-load",),
@@ -279,6 +279,12 @@ def analyse(plan: Plan, drift: Mapping[str, ArmDrift], costs: Mapping[str, ArmCo
                 BASELINE, arm, named, costs, by_arm, refused, found)]
 
         finding = screening.analyse(design, arms, changes)
+        if plan.confirmation is not None:
+            name = arm_name(plan.confirmation)
+            arm = named.get(name)
+            finding = finding.model_copy(update={
+                "confirmation": name,
+                "confirmed": arm.meets if arm is not None and arm.started else None})
         answer = answer.model_copy(update={"predicted": screening.predicted(
             finding, [r for r in answer.require if r not in answer.unmeasured],
             list(plan.factors))})

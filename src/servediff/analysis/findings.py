@@ -926,6 +926,10 @@ class DesignFinding(Finding):
     # main effects partly aliased with a two-factor interaction (screening designs)
     partial: int
     explanations: list[Explanation]
+    # the confirmation arm measured after the design (its prediction, not among its arms),
+    # and whether it meets the criterion (None: not measured yet)
+    confirmation: str | None = None
+    confirmed: bool | None = None
 
 
 class Factors(Finding):

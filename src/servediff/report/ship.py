@@ -133,6 +133,13 @@ def prediction_text(f: Factors, ship: Ship) -> str:
     name = "+".join(ship.predicted) or ship.baseline
     arm = _arm(f, name)
     said = f"The design predicts that `{name}` meets the criterion"
+    d = f.design
+    if d is not None and d.confirmation == name:
+        if d.confirmed is None:
+            return f"{said}; its confirmation arm is not measured yet."
+        return (f"{said}; its confirmation arm, measured with the plan's drift and cost "
+                "loads, " + ("does: the answer above rests on it." if d.confirmed else
+                             "does not: the design's prediction was wrong here."))
     if arm is None:
         return (f"{said}; it is not among the design's arms, so it is a prediction until "
                 "a confirmation arm measures it.")
