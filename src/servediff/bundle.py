@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -288,18 +289,39 @@ def _parse(path: Path, model: type[_T]) -> _T:
         raise BundleError(f"{path}: does not match the {model.__name__} schema: {exc}") from None
 
 
-def _hash(path: Path) -> str:
+# sha256 by (path, inode, size, mtime): every bundle write replaces its file (atomic.py),
+# so a file not rewritten since it was last hashed keeps its key, and a manifest rewritten
+# after each load hashes only what the load added (git's index does the same)
+_HASHED: dict[tuple[str, int, int, int], str] = {}
+
+
+def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _bundle_files(root: Path) -> list[Path]:
-    """Every file of the bundle; hidden ones (a run's lock, its JIT caches under .jit/)
-    are not evidence."""
-    return sorted(
-        p for p in root.rglob("*")
-        if p.is_file() and p.name != "manifest.json"
-        and not any(part.startswith(".") for part in p.relative_to(root).parts)
-    )
+def _hash(path: Path) -> str:
+    """A bundle file's sha256 as servediff last wrote it (verify() reads every byte)."""
+    stat = path.stat()
+    key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key not in _HASHED:
+        _HASHED[key] = _sha256(path)
+    return _HASHED[key]
+
+
+def _bundle_files(root: Path) -> dict[str, Path]:
+    """Every file of the bundle by its path inside it, in order; hidden ones (a run's
+    lock, its JIT caches under .jit/) are not evidence, and their folders are not walked."""
+    found: dict[str, Path] = {}
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        inside = os.path.relpath(folder, root)
+        for name in names:
+            if name.startswith(".") or (inside == "." and name == "manifest.json"):
+                continue
+            path = Path(folder, name)
+            if path.is_file():
+                found[name if inside == "." else f"{inside}/{name}"] = path
+    return dict(sorted(found.items(), key=lambda item: item[0].split("/")))  # as Paths sort
 
 
 DERIVED = ("summary.json", "report.md", "report.html")
@@ -308,13 +330,13 @@ DERIVED = ("summary.json", "report.md", "report.html")
 def evidence_sha256(root: Path) -> str:
     """One hash over every raw file of the bundle (derived files left out), the way
     the manifest lists them: what a report cites as the evidence it came from."""
-    lines = "".join(f"{p.relative_to(root)} {_hash(p)}\n" for p in _bundle_files(root)
-                    if str(p.relative_to(root)) not in DERIVED)
+    lines = "".join(f"{name} {_hash(p)}\n" for name, p in _bundle_files(root).items()
+                    if name not in DERIVED)
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
 def write_manifest(root: Path) -> None:
-    files = {str(p.relative_to(root)): _hash(p) for p in _bundle_files(root)}
+    files = {name: _hash(p) for name, p in _bundle_files(root).items()}
     atomic.write_json(Layout(root).manifest,
                       {"schema_version": MANIFEST_SCHEMA_VERSION, "files": files})
 
@@ -327,12 +349,12 @@ def verify(root: Path) -> int:
                           "plan.lock.json)")
     manifest = read_versioned(layout.manifest, MANIFEST_SCHEMA_VERSION)
     recorded: dict[str, str] = manifest["files"]
-    present = {str(p.relative_to(root)): p for p in _bundle_files(root)}
+    present = _bundle_files(root)
     problems = []
     for name, sha in sorted(recorded.items()):
         if name not in present:
             problems.append(f"{name}: missing")
-        elif _hash(present[name]) != sha:
+        elif _sha256(present[name]) != sha:
             problems.append(f"{name}: sha256 does not match the manifest")
     problems += [f"{name}: not in the manifest" for name in sorted(set(present) - set(recorded))]
     if problems:
