@@ -8,6 +8,7 @@
       partial/<cell>-progress.json   a sweep's points so far (until the sweep is complete)
       logs/<arm>-load<N>.log         engine stdout/stderr
       confirmation.json              a design's confirmation: the factors it measures next
+      cost_loads.json                cost loads the adaptive rule added, per round
       summary.json                   derived (analysis)
       report.md                      derived (report)
       manifest.json                  sha256 of every file above
@@ -143,6 +144,10 @@ class Layout:
         return self.root / "confirmation.json"
 
     @property
+    def cost_loads(self) -> Path:
+        return self.root / "cost_loads.json"
+
+    @property
     def manifest(self) -> Path:
         return self.root / "manifest.json"
 
@@ -254,21 +259,52 @@ def read_confirmation(root: Path) -> tuple[list[str] | None, str] | None:
     return factors, str(data.get("why", ""))
 
 
-def with_confirmation(root: Path, plan: Plan) -> Plan:
-    """The plan as it runs: the locked one, plus the confirmation arm once decided."""
+COST_LOADS_SCHEMA_VERSION = 1
+
+
+def write_cost_rounds(root: Path, rounds: list[dict[str, Any]]) -> None:
+    """The adaptive rule's rounds: each with every arm's cost loads after it (`loads`) and
+    the comparisons that asked for them (`unsure`: arm -> what was unsure)."""
+    atomic.write_json(Layout(root).cost_loads, {
+        "schema_version": COST_LOADS_SCHEMA_VERSION, "rounds": rounds})
+
+
+def read_cost_rounds(root: Path) -> list[dict[str, Any]]:
+    path = Layout(root).cost_loads
+    if not path.exists():
+        return []
+    rounds = read_versioned(path, COST_LOADS_SCHEMA_VERSION).get("rounds")
+    if not (isinstance(rounds, list) and all(
+            isinstance(r, dict) and isinstance(r.get("loads"), dict)
+            and all(isinstance(n, int) for n in r["loads"].values()) for r in rounds)):
+        raise BundleError(f"{path}: `rounds` must be a list of {{loads: {{arm: count}}, "
+                          "unsure: ...}}")
+    return rounds
+
+
+def as_run(root: Path, plan: Plan) -> Plan:
+    """The plan as it runs: the locked one, plus what the run added once it had seen its
+    loads (the confirmation arm, cost loads of the adaptive rule)."""
     found = read_confirmation(root)
-    if found is None or found[0] is None or plan.confirmation is not None:
-        return plan
-    try:
-        return plan.confirmed(found[0])
-    except ValidationError as exc:
-        raise BundleError(f"{Layout(root).confirmation}: not an arm of this plan "
-                          f"({exc.errors()[0]['msg']})") from None
+    if found is not None and found[0] is not None and plan.confirmation is None:
+        try:
+            plan = plan.confirmed(found[0])
+        except ValidationError as exc:
+            raise BundleError(f"{Layout(root).confirmation}: not an arm of this plan "
+                              f"({exc.errors()[0]['msg']})") from None
+    rounds = read_cost_rounds(root)
+    if rounds and plan.cost_loads is None:
+        try:
+            plan = plan.model_validate({**plan.model_dump(), "cost_loads": rounds[-1]["loads"]})
+        except ValidationError as exc:
+            raise BundleError(f"{Layout(root).cost_loads}: not this plan's arms "
+                              f"({exc.errors()[0]['msg']})") from None
+    return plan
 
 
 def read_evidence(root: Path) -> Evidence:
     locked = read_lock(root)
-    locked = locked.model_copy(update={"plan": with_confirmation(root, locked.plan)})
+    locked = locked.model_copy(update={"plan": as_run(root, locked.plan)})
     layout = Layout(root)
     loads = tuple(_parse(p, LoadRecord) for p in layout.loads())
     cells = tuple(_parse(p, Cell) for p in layout.cells())

@@ -306,6 +306,15 @@ class Plan(Strict):
     # Loads that measure cost (speed, prefix, sweep, capacity) with the engine as the
     # arm configures it (no cache isolation); arms alternate A B B A.
     cost_loads_per_arm: Annotated[int, Field(ge=1, le=50)] = 2
+    # Cost loads added only where a comparison is unsure: with `adaptive`, a speed
+    # comparison still within noise after the cost loads (its band holds zero, or its
+    # loads overlap) gets one more cost load on each of its arms, up to `max_cost_loads`
+    # an arm; one that is clear gets none (servediff.sequential).
+    adaptive: bool = False
+    max_cost_loads: Annotated[int, Field(ge=1, le=50)] = 4
+    # Each arm's cost loads once some were added: set by servediff from the run's
+    # cost_loads.json, not in a plan file.
+    cost_loads: dict[str, int] | None = None
     engine_options: dict[str, Any] = Field(default_factory=dict)
     # One change each relative to the baseline ([engine_options] and [launch]); servediff
     # makes the arms from them (`design`), before any arm written in [arms].
@@ -408,6 +417,21 @@ class Plan(Strict):
         except ValueError as e:
             raise ValueError(f"design.{e}") from None
 
+    @model_validator(mode="after")
+    def _adaptive(self) -> Plan:
+        if self.adaptive and self.max_cost_loads <= self.cost_loads_per_arm:
+            raise ValueError(f"max_cost_loads: must be above cost_loads_per_arm "
+                             f"({self.cost_loads_per_arm}) for adaptive cost loads to add "
+                             f"any; it is {self.max_cost_loads}")
+        unknown = sorted(set(self.cost_loads or {}) - set(self.arms))
+        if unknown:
+            raise ValueError(f"cost_loads: no such arm {', '.join(unknown)}")
+        return self
+
+    def cost_loads_of(self, arm: str) -> int:
+        """The cost loads this arm takes: the plan's, or more where some were added."""
+        return max(self.cost_loads_per_arm, (self.cost_loads or {}).get(arm, 0))
+
     def confirmed(self, factors: list[str]) -> Plan:
         """This plan with the confirmation arm of these factors (in the baseline's
         comparison)."""
@@ -470,6 +494,10 @@ def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
         del dumped["design"]
     if plan.confirmation is None:
         del dumped["confirmation"]
+    if plan.cost_loads is None:
+        del dumped["cost_loads"]
+    if not plan.adaptive and plan.max_cost_loads == Plan.model_fields["max_cost_loads"].default:
+        del dumped["adaptive"], dumped["max_cost_loads"]  # came later: the sha256 stays
     # so are a probe's settings added after it was locked with it (ProbeSettings)
     for settings in plan.probes.sections():
         table = dumped.get("probes", {}).get(settings.section, {})

@@ -23,9 +23,9 @@ from typing import Literal
 from servediff import hub, models, room, secret_env
 from servediff.bundle import (
     Layout,
+    as_run,
     exclusive,
     read_record,
-    with_confirmation,
     write_lock,
     write_manifest,
 )
@@ -155,7 +155,7 @@ class Runner:
         self.base_dir = base_dir
         self.policy = LoadPolicy(plan, self.context.layout, observer)
         # the plan as locked; the one measured adds a design's confirmation arm once the
-        # run directory says which (bundle.with_confirmation)
+        # run directory says which (bundle.as_run)
         self.locked_plan = plan
 
     @property
@@ -215,7 +215,7 @@ class Runner:
         write_lock(self.layout.root, lock(self.locked_plan, context.corpus))
         write_manifest(self.layout.root)
         self.check_room()
-        context.plan = self.policy.plan = with_confirmation(self.layout.root, self.locked_plan)
+        context.plan = self.policy.plan = as_run(self.layout.root, self.locked_plan)
         policy = self.policy
         todo = {x: cells for x in schedule(context.plan) if (cells := policy.todo(*x))}
         if not todo:

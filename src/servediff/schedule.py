@@ -36,14 +36,17 @@ def cost_runs(plan: Plan) -> bool:
 
 
 def schedule(plan: Plan) -> list[tuple[str, int, Phase]]:
-    """(arm, load, phase) of every load, in the order they run."""
+    """(arm, load, phase) of every load, in the order they run; cost loads added to some
+    arms (adaptive) run after the others, still alternating among those arms."""
     arms = list(plan.arms)
-    order: list[tuple[str, int, Phase]] = []
-    phases: list[tuple[Phase, int]] = [("drift", plan.loads_per_arm)]
+    counts: list[tuple[Phase, dict[str, int]]] = [
+        ("drift", dict.fromkeys(arms, plan.loads_per_arm))]
     if cost_runs(plan):
-        phases.append(("cost", plan.cost_loads_per_arm))
-    for phase, loads in phases:
-        for load in range(1, loads + 1):
-            for arm in arms if load % 2 else reversed(arms):
+        counts.append(("cost", {arm: plan.cost_loads_of(arm) for arm in arms}))
+    order: list[tuple[str, int, Phase]] = []
+    for phase, loads in counts:
+        for load in range(1, max(loads.values()) + 1):
+            these = [arm for arm in arms if loads[arm] >= load]
+            for arm in these if load % 2 else reversed(these):
                 order.append((arm, load, phase))
     return order

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from servediff import confirmation
+from servediff import sequential
 from servediff.analysis.findings import FailureClaim, Summary
 from servediff.analysis.summary import summarize
 from servediff.bundle import read_confirmation, read_evidence, read_lock, write_lock
@@ -91,7 +91,7 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan: Plan, make) -> Su
         monotonic=clock.monotonic, time=time.time, sleep=time.sleep))
     launcher = FakeLauncher(make=make)
     root = tmp_path / "run"
-    confirmation.run(Runner(plan, TEXTS, root, tmp_path, SilentObserver(),
+    sequential.run(Runner(plan, TEXTS, root, tmp_path, SilentObserver(),
                             launcher=launcher, clients=launcher.client))
     return summarize(read_evidence(root))
 

@@ -433,9 +433,9 @@ def cost_gaps(costs: Mapping[str, ArmCosts], comparisons: list[CostComparison],
     if cost_runs(plan):
         for arm in plan.arms:
             done = len({load for a, load in measured if a == arm})
-            if done < plan.cost_loads_per_arm:
+            if done < plan.cost_loads_of(arm):
                 out.append(Gap(kind="cost loads missing", arm=arm, count=done,
-                               of=plan.cost_loads_per_arm))
+                               of=plan.cost_loads_of(arm)))
     if any(c.speed for c in costs.values()) and plan.cost_loads_per_arm < 2:
         out.append(Gap(kind="one cost load", count=plan.cost_loads_per_arm))
     return out

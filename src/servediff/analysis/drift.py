@@ -392,7 +392,9 @@ def setup(evidence: Evidence) -> Setup:
         corpus=CorpusSetup(name=evidence.locked.corpus.name,
                            texts=len(evidence.locked.corpus.texts)),
         prefix=plan.scoring.prefix, loads_per_arm=plan.loads_per_arm,
-        cost_loads_per_arm=plan.cost_loads_per_arm, repeats=plan.probes.get(RepeatSettings).count,
+        cost_loads_per_arm=plan.cost_loads_per_arm,
+        cost_loads={a: n for a, n in (plan.cost_loads or {}).items()
+                    if n > plan.cost_loads_per_arm}, repeats=plan.probes.get(RepeatSettings).count,
         probes=plan.probes,
         context_lengths=sorted({n for _, x in launches if (n := x.context_length())}),
         arms=arms,

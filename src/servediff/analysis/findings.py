@@ -17,7 +17,7 @@ from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
 from servediff.plan import ProbesSpec, Regime
 from servediff.probes.base import Untested
 
-SUMMARY_SCHEMA_VERSION = 12
+SUMMARY_SCHEMA_VERSION = 13
 
 Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
 Band = list[float]
@@ -1042,6 +1042,8 @@ class Setup(Finding):
     prefix: str | int
     loads_per_arm: int
     cost_loads_per_arm: int | None
+    # each arm's cost loads where the adaptive rule added some (schema 13)
+    cost_loads: dict[str, int] = Field(default_factory=dict)
     repeats: int
     probes: ProbesSpec
     context_lengths: list[int]

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import RenderableType
 
-from servediff import confirmation
-from servediff.bundle import Layout, read_evidence, with_confirmation
+from servediff import sequential
+from servediff.bundle import Layout, as_run, read_evidence
 from servediff.cli.console import err, out
 from servediff.cli.progress import RichObserver
 from servediff.corpus import Corpus
@@ -109,9 +109,9 @@ def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False,
                 runner.address = address
                 err.print(f"loads run on the Ray cluster at {address}, one node per "
                           f"comparison ({len(plan.groups())})", highlight=False)
-                confirmation.run(runner)
+                sequential.run(runner)
             else:
-                confirmation.run(Runner(plan, corpus, root, base, observer))
+                sequential.run(Runner(plan, corpus, root, base, observer))
     except KeyboardInterrupt:
         err.print(f"interrupted: finished cells are kept in {root}; "
                   f"run the same command with --out {root} to resume")
@@ -122,7 +122,7 @@ def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False,
     out.print(run_view(summary))
     out.print(f"wall time {time.monotonic() - t0:.1f}s; report: {root / 'report.md'}")
     out.print(f"re-derive every number with: servediff rederive {root}")
-    missing = unmeasured(with_confirmation(root, plan), Layout(root),
+    missing = unmeasured(as_run(root, plan), Layout(root),
                          {d.arm for d in summary.did_not_start})
     if missing:
         # the engine failed every launch of a load: a finding, recorded and reported, but

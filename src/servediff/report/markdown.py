@@ -271,7 +271,10 @@ def protocol(setup: Setup) -> str:
     parts = [f"{setup.loads_per_arm} drift load(s) per arm, {setup.repeats} repeat(s)"]
     for phase in ("drift", "cost"):
         if phase == "cost" and probes.cost_probes():
-            parts.append(f"{setup.cost_loads_per_arm} cost load(s) per arm")
+            parts.append(f"{setup.cost_loads_per_arm} cost load(s) per arm" + (
+                " (added where a speed comparison was within noise: " + ", ".join(
+                    f"`{arm}` {n}" for arm, n in setup.cost_loads.items()) + ")"
+                if setup.cost_loads else ""))
         for probe in registry.ordered():
             spec = probes.get(probe.settings)
             if probe.phase == phase and spec.on() and (text := probe.protocol(spec)):

@@ -309,7 +309,9 @@ def _speed_text(c: SpeedClaim) -> str:
                 f"`{c.arm}` {', '.join(map(num3, row.load_means[1]))}), though the "
                 f"replicates alone would not ({band})")
     elif row.verdict == "within noise":
-        text = f"{where}: {size}, within noise ({band})"
+        loads = (f" over {len(row.load_means[0])} and {len(row.load_means[1])} cost loads"
+                 if all(row.load_means) and len(row.load_means) == 2 else "")
+        text = f"{where}: {size}, within noise{loads} ({band})"
     else:
         text = f"{where}: {size}, a {row.verdict} outside the noise ({band})"
     if row.follows_order and row.order_difference is not None:
