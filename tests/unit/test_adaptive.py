@@ -73,7 +73,8 @@ def timed_plan(tmp_path: Path, **extra: Any) -> Plan:
     return Plan.model_validate({
         "engine": "fake", "model": str(model_folder(tmp_path)), "loads_per_arm": 1,
         "cost_loads_per_arm": 2, "adaptive": True, "max_cost_loads": 4,
-        "quiet": {"gate_cost": False},
+        # other processes on a busy test machine would mark the cells busy: not this test
+        "quiet": {"gate_cost": False, "max_foreign_cpu": 1000},
         "arms": {"baseline": {}, "flagged": {"args": ["--flag"]}},
         "probes": {"repeat": {"count": 0}, "concurrency": {"enabled": False},
                    "generate": {"enabled": False}, "prefix": {"enabled": False},
