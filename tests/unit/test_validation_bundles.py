@@ -517,6 +517,44 @@ def test_sglang_with_flashinfer_on_the_h200_the_seed_s_pair(tmp_path: Path):
     assert {c.policy for c in fresh} == {"fresh"} and all(c.empty_at_start for c in fresh)
 
 
+def test_deterministic_flashinfer_dies_past_7281_tokens_as_the_seed_did(tmp_path: Path):
+    """h200-sglang-limit (issue 43, run on an H100 80GB): the seed pair with
+    `--disable-prefill-cuda-graph`, as the seed's SGLang ran. Deterministic FlashInfer
+    now starts, and dies at its first prompt past what its 2 GiB workspace holds:
+    FlashInfer asks 294,912 bytes of `batch_prefill_tmp_v` per prompt token, so
+    2,147,483,648 bytes hold 7,281 tokens. The sweep, bisecting to 256 tokens, puts the
+    death between 7,168 (held) and 7,424 (died); the stock arm holds every prompt SGLang
+    accepts. The KV pool is the same in both arms: this flag alone does not cut it."""
+    run = _committed("h200-sglang-limit", tmp_path)
+    _one_room(run)
+    summary = rederives(run)
+    evidence = read_evidence(run)
+    launches = [x for rec in evidence.loads for x in rec.launches]
+    assert {(x.wheel_set or {}).get("wheel_set") for x in launches} == {"sglang-0.5.17"}
+    assert {g.name for c in evidence.cells for g in c.conditions.gpus} == \
+        {"NVIDIA H100 80GB HBM3"}
+    assert all("--disable-prefill-cuda-graph" in x.command for x in launches)
+    det, stock = summary.costs["deterministic"].survival, summary.costs["baseline"].survival
+    assert det is not None and stock is not None
+    outcome = {p.length: p.outcome for p in det.points if p.level == 1}
+    assert det.largest_ok_length == {"1": 7168} and outcome[7424] == outcome[7680] == "death"
+    assert det.limit is not None and (det.limit.survives, det.limit.fails_from) == (7168, 7424)
+    assert stock.largest_ok_length == {"1": 16377}
+    log = (run / "logs" / "deterministic-cost1.log").read_text()
+    per_token = 2415919104 // 8192
+    for tokens in (7424, 7680):
+        assert f"batch_prefill_tmp_v with size {per_token * tokens} " in log
+    assert "only 2147483648 bytes available" in log
+    assert 7168 < 2147483648 // per_token == 7281 < 7424
+    # every death restarted the engine, and the sweep went on to bisect it
+    (det_cost,) = [r for r in evidence.loads if (r.arm, r.phase) == ("deterministic", "cost")]
+    assert len(det_cost.launches) == 4
+    kv = {arm: summary.costs[arm].capacity.kv_tokens for arm in ("baseline", "deterministic")}
+    assert kv == {"baseline": 8622931, "deterministic": 8622931}
+    ship = summary.factors
+    assert ship is not None and ship.ship.arm == "baseline"
+
+
 def test_sglang_s_first_start_on_the_h200_compiles_flashinfer(tmp_path: Path):
     """h200-sglang-first-start: the lease's first start found FlashInfer's JIT cache
     empty; the prefill CUDA graph capture, where FlashInfer builds its kernels, took 222 s
