@@ -65,6 +65,10 @@ def plan_text(engine: str, model: str, name: str, small: bool) -> str:
         "# cold loads per arm for drift (each a new engine process), and for cost (A B B A)",
         "loads_per_arm = 2",
         "cost_loads_per_arm = 2",
+        "# adaptive = true: one more cost load per arm (up to max_cost_loads) while a speed",
+        "# comparison is within noise",
+        "# adaptive = true",
+        "# max_cost_loads = 4",
         "",
     ]
     if options := adapter.example_options(small):
