@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import JsonValue
 
-from servediff.analysis import cost, screening, verdict
+from servediff.analysis import cost, effects, screening, verdict
 from servediff.analysis.findings import (
     ArmCosts,
     ArmDrift,
@@ -33,6 +33,7 @@ from servediff.analysis.findings import (
     DidNotStart,
     DriftKind,
     Effect,
+    EffectEstimate,
     FactorArm,
     Factors,
     FailureClaim,
@@ -44,6 +45,7 @@ from servediff.analysis.findings import (
     SpeedClaim,
     StartupClaim,
 )
+from servediff.design import Design, aliases_of
 from servediff.evidence import Cell
 from servediff.plan import BASELINE, REGIMES, Plan, Regime, arm_name
 
@@ -259,6 +261,27 @@ def ship(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCosts],
                 left_out=left, not_tested=sorted(not_tested))
 
 
+def design_effects(design: Design, costs: Mapping[str, ArmCosts]) -> list[EffectEstimate]:
+    """Each factor's main effect on start-up and on every speed metric, over the design's
+    own arms (not the confirmation's: it would unbalance them), one sample per load."""
+    arms = {arm_name(row): row for row in design.rows}
+    aliases = {f: aliases_of(design, f) for f in design.factors}
+    measured = {a: costs[a] for a in arms if a in costs}
+    out = effects.main_effects("seconds to ready", design.factors, arms, {
+        a: c.startup.seconds_to_ready for a, c in measured.items()}, aliases)
+    points = sorted({(e.prompt_tokens, e.concurrency) for c in measured.values() if c.speed
+                     for e in c.speed.per_length})
+    for length, level in points:
+        for metric in cost.METRICS:
+            samples = {a: cost.load_means(e.metric(metric)) for a, c in measured.items()
+                       if c.speed for e in c.speed.per_length
+                       if (e.prompt_tokens, e.concurrency) == (length, level)
+                       and e.metric(metric).values}
+            out += effects.main_effects(f"{metric} at {length} tokens x{level}",
+                                        design.factors, arms, samples, aliases)
+    return out
+
+
 def analyse(plan: Plan, drift: Mapping[str, ArmDrift], costs: Mapping[str, ArmCosts],
             by_arm: Mapping[str, list[Cell]], refused: Mapping[str, DidNotStart],
             not_tested: Iterable[str], found: Found | None = None) -> Factors | None:
@@ -278,7 +301,8 @@ def analyse(plan: Plan, drift: Mapping[str, ArmDrift], costs: Mapping[str, ArmCo
             return [(prop, changed) for prop, changed, _ in contrast_properties(
                 BASELINE, arm, named, costs, by_arm, refused, found)]
 
-        finding = screening.analyse(design, arms, changes)
+        finding = screening.analyse(design, arms, changes).model_copy(
+            update={"effects": design_effects(design, costs)})
         if plan.confirmation is not None:
             name = arm_name(plan.confirmation)
             arm = named.get(name)

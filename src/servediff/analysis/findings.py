@@ -17,7 +17,7 @@ from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
 from servediff.plan import ProbesSpec, Regime
 from servediff.probes.base import Untested
 
-SUMMARY_SCHEMA_VERSION = 13
+SUMMARY_SCHEMA_VERSION = 14
 
 Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
 Band = list[float]
@@ -912,6 +912,24 @@ class Explanation(Finding):
     sets: list[list[str]] = Field(default_factory=list)
 
 
+class EffectEstimate(Finding):
+    """A factor's main effect on a measured quantity under a design (analysis/effects.py):
+    the mean over the arms with it minus the mean over those without, and its 95 % band
+    from the spread between loads (None where no arm has two). Schema 14."""
+
+    # the quantity, in words: "decode_tok_s at 512 tokens x1", "seconds to ready"
+    what: str
+    factor: str
+    estimate: float
+    band95: Band | None
+    df: int
+    # arms with and without the factor, and their loads
+    arms: list[int]
+    loads: list[int]
+    # the effects this design cannot tell from it: the estimate is theirs as much
+    aliases: list[str] = Field(default_factory=list)
+
+
 class DesignFinding(Finding):
     """A fractional or screening design: which arms it measured of the full factorial's,
     its resolution and defining relation, the effects it aliases (main effects and
@@ -930,6 +948,8 @@ class DesignFinding(Finding):
     # and whether it meets the criterion (None: not measured yet)
     confirmation: str | None = None
     confirmed: bool | None = None
+    # main effects on speed and start-up, with their bands (schema 14)
+    effects: list[EffectEstimate] = Field(default_factory=list)
 
 
 class Factors(Finding):

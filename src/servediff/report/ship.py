@@ -10,6 +10,7 @@ from servediff import probes
 from servediff.analysis.findings import (
     Attribution,
     DesignFinding,
+    EffectEstimate,
     Explanation,
     FactorArm,
     Factors,
@@ -24,6 +25,7 @@ from servediff.report.words import (
     METRIC_NAMES,
     and_list,
     claim_text,
+    num3,
     untested_text,
 )
 
@@ -189,6 +191,30 @@ def design_lines(d: DesignFinding) -> list[str]:
         lines.append(f"{d.partial} pairs of a main effect and a two-factor interaction are "
                      "partly aliased (correlated, not equal, over these arms).")
     lines += [t for e in d.explanations if (t := explanation_text(e, d.arms))]
+    return lines + effect_lines(d.effects)
+
+
+def estimate_text(e: EffectEstimate) -> str:
+    assert e.band95 is not None
+    alias = (f"; aliased with {and_list([f'`{a}`' for a in e.aliases])}, whose effect it "
+             "is as much" if e.aliases else "")
+    return (f"`{e.factor}` on {e.what}: {num3(e.estimate)} "
+            f"[{num3(e.band95[0])}, {num3(e.band95[1])}] (95 % band; the arms with it "
+            f"minus those without, over {e.loads[0]} and {e.loads[1]} loads){alias}.")
+
+
+def effect_lines(effects: list[EffectEstimate]) -> list[str]:
+    """The main effects whose band leaves out zero, then how many hold it or have none."""
+    clear = [e for e in effects if e.band95 and not e.band95[0] <= 0 <= e.band95[1]]
+    lines = [f"Main effect of {estimate_text(e)}" for e in clear]
+    held = sum(1 for e in effects if e.band95 and e.band95[0] <= 0 <= e.band95[1])
+    unbanded = sum(1 for e in effects if not e.band95)
+    if held or unbanded:
+        lines.append(
+            "Main effects on speed and start-up not shown: "
+            + and_list([x for x in (f"{held} whose 95 % band holds zero" if held else "",
+                                    f"{unbanded} without a band (every arm one load)"
+                                    if unbanded else "") if x]) + ".")
     return lines
 
 
