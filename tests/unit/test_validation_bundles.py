@@ -472,6 +472,20 @@ def test_what_autotune_costs_on_one_h200(tmp_path: Path):
     assert not [s for s in comparison.speed if s.verdict == "gain"]
 
 
+def _carried_sglang(name: str, gpu: str, into: Path) -> tuple[Path, Summary, Any]:
+    """A committed SGLang bundle from one machine with one GPU model, served on CUDA by
+    the carried wheel set named in every launch: (run, re-derived summary, evidence)."""
+    run = _committed(name, into)
+    _one_room(run)
+    summary = rederives(run)
+    evidence = read_evidence(run)
+    launches = [x for rec in evidence.loads for x in rec.launches]
+    assert {(x.wheel_set or {}).get("wheel_set") for x in launches} == {"sglang-0.5.17"}
+    assert {x.engine["server_info"]["device"] for x in launches if x.engine} == {"cuda"}
+    assert {g.name for c in evidence.cells for g in c.conditions.gpus} == {gpu}
+    return run, summary, evidence
+
+
 def test_sglang_with_flashinfer_on_the_h200_the_seed_s_pair(tmp_path: Path):
     """h200-sglang-seed-pair (issue 43): SGLang 0.5.17 with FlashInfer, the seed report's
     attention shape (24 query heads, 4 KV heads, head_dim 256), stock against
@@ -480,15 +494,8 @@ def test_sglang_with_flashinfer_on_the_h200_the_seed_s_pair(tmp_path: Path):
     of workspace where deterministic mode gives it 2 GiB (its log). Stock: bit-identical
     across loads and within a load, batch composition in greedy generations from 4,096
     tokens at concurrency 4, survives every prompt SGLang accepts (to 16,377 tokens)."""
-    run = _committed("h200-sglang-seed-pair", tmp_path)
-    _one_room(run)
-    summary = rederives(run)
-    evidence = read_evidence(run)
+    run, summary, evidence = _carried_sglang("h200-sglang-seed-pair", "NVIDIA H200", tmp_path)
     launches = [x for rec in evidence.loads for x in rec.launches]
-    # what served it: the carried wheel set, named in every launch
-    assert {(x.wheel_set or {}).get("wheel_set") for x in launches} == {"sglang-0.5.17"}
-    assert {x.engine["server_info"]["device"] for x in launches if x.engine} == {"cuda"}
-    assert {g.name for c in evidence.cells for g in c.conditions.gpus} == {"NVIDIA H200"}
     (refused,) = summary.did_not_start
     assert refused.arm == "deterministic" and refused.launches == 2
     log = (run / "logs" / "deterministic-load1.log").read_text()
@@ -525,14 +532,9 @@ def test_deterministic_flashinfer_dies_past_7281_tokens_as_the_seed_did(tmp_path
     2,147,483,648 bytes hold 7,281 tokens. The sweep, bisecting to 256 tokens, puts the
     death between 7,168 (held) and 7,424 (died); the stock arm holds every prompt SGLang
     accepts. The KV pool is the same in both arms: this flag alone does not cut it."""
-    run = _committed("h200-sglang-limit", tmp_path)
-    _one_room(run)
-    summary = rederives(run)
-    evidence = read_evidence(run)
+    run, summary, evidence = _carried_sglang("h200-sglang-limit", "NVIDIA H100 80GB HBM3",
+                                             tmp_path)
     launches = [x for rec in evidence.loads for x in rec.launches]
-    assert {(x.wheel_set or {}).get("wheel_set") for x in launches} == {"sglang-0.5.17"}
-    assert {g.name for c in evidence.cells for g in c.conditions.gpus} == \
-        {"NVIDIA H100 80GB HBM3"}
     assert all("--disable-prefill-cuda-graph" in x.command for x in launches)
     det, stock = summary.costs["deterministic"].survival, summary.costs["baseline"].survival
     assert det is not None and stock is not None
