@@ -71,15 +71,16 @@ class RunContext:
     # The Ray node the loads run on (None: a local run), named in every launch record
     node: str | None = None
 
-    def gate(self, what: str, phase: Phase) -> Gate | None:
-        """The quiet-box check before a load of this phase, when the plan asks for one."""
+    def gate(self, what: str, phase: Phase, engine_up: bool = False) -> Gate | None:
+        """The quiet-box check before a load of this phase, when the plan asks for one
+        (`engine_up`: before a combined load's cost part, its own engine running)."""
         spec = self.plan.quiet
         if self.plan.base_url is not None or not (
                 spec.gate_cost if phase == "cost" else spec.gate_drift):
             return None
         if self.gpu_baseline is None:
             self.gpu_baseline = quiet.baseline()
-        return quiet.gate(spec, self.gpu_baseline, what, self.observer.note)
+        return quiet.gate(spec, self.gpu_baseline, what, self.observer.note, engine_up)
 
     def load_record(self, arm: str, load: int, phase: Phase) -> LoadRecord:
         path = self.layout.load(load_name(arm, load, phase))

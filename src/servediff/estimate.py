@@ -24,6 +24,7 @@ from servediff.engines import registry
 from servediff.engines.base import EngineAdapter
 from servediff.plan import Plan
 from servediff.probes import Size
+from servediff.schedule import cost_runs, schedule
 
 # SmolLM2-135M, the built-in model
 SMOLLM2_PARAMETERS = 134_515_008
@@ -145,9 +146,10 @@ def estimate(plan: Plan, size: Size, base_dir: Path) -> Estimate | str:
     decode = rates.decode_tok_s / (scale if rates is not GPU else 1.0)
     compute = size.prompt_tokens / (rates.prefill_tok_s / scale) + size.new_tokens / decode
     start = adapter.typical_start_s
-    cost_loads = plan.cost_loads_per_arm * len(plan.arms)
-    gated = (cost_loads if plan.quiet.gate_cost else 0) + (
-        size.loads - cost_loads if plan.quiet.gate_drift else 0)
+    # one gate before each cost load, or before the cost part of a combined load
+    cost_parts = sum(map(plan.cost_loads_of, plan.arms)) if cost_runs(plan) else 0
+    gated = (cost_parts if plan.quiet.gate_cost else 0) + (
+        plan.loads_per_arm * len(plan.arms) if plan.quiet.gate_drift else 0)
     seconds = size.loads * start + gated * plan.quiet.window_s + compute
     basis = (f"{parameters / 1e6:,.0f} M parameters ({how}) on the {rates.device}, at rates "
              f"from {rates.source}, and a {start:.0f} s start per load")
@@ -169,6 +171,22 @@ def duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{round(seconds / 60)} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def shape_lines(plan: Plan, size: Size) -> list[str]:
+    """What the plan saves on cold loads, beside what it would take otherwise: a design
+    short of the full factorial, combined loads."""
+    return [line for line in (design_text(plan, size), loads_text(plan, size)) if line]
+
+
+def loads_text(plan: Plan, size: Size) -> str | None:
+    """For combined loads: the cold loads, beside what separate drift and cost loads
+    would take."""
+    if plan.loads != "combined":
+        return None
+    separate = len(schedule(plan.model_copy(update={"loads": "separate"})))
+    return (f'loads: combined, drift then cost probes in each cold load: {size.loads} cold '
+            f"loads; separate drift and cost loads would take {separate}")
 
 
 def design_text(plan: Plan, size: Size) -> str | None:

@@ -353,6 +353,8 @@ class Launch(Raw):
     caches: list[CacheDir] = Field(default_factory=list)
     # The quiet-box check before the launch (None: not gated).
     gate: Gate | None = None
+    # A combined load's check before its cost part (None: not gated, or no cost part).
+    cost_gate: Gate | None = None
     # The machine it ran on: host name and GPU models (None in older bundles), and its
     # room fingerprint and boot, hashed (room.py; None: older bundles, or not readable).
     machine: str | None = None
@@ -413,6 +415,9 @@ class LoadRecord(Raw):
     arm: str
     load: int
     phase: Phase = "drift"
+    # A drift load that also measured the cost cells of the cost load of its number
+    # (loads = "combined"): they keep their cost names and are measured by these launches.
+    combined: bool = False
     launches: list[Launch] = Field(default_factory=list)
     # The quiet-box gate that refused to start this load (the run stopped there, exit 3);
     # a later run that measures the load keeps it as history.

@@ -125,6 +125,7 @@ class EngineLaunch:
         is recorded in the load record and raised before anything starts."""
         plan = context.plan
         record = context.load_record(arm, load, phase)
+        record.combined = phase == "drift" and plan.combined(arm, load)
         try:
             gate = context.gate(f"{phase} load {load} of `{arm}`", phase)
         except BusyMachineError as exc:
@@ -155,6 +156,19 @@ class EngineLaunch:
     @property
     def name(self) -> str:
         return load_name(self.arm, self.load, self.phase)
+
+    def cost_part(self) -> None:
+        """Before a combined load's first cost cell: the quiet-box gate a cost load gets,
+        with this load's engine up, recorded in the launch. Its refusal ends the launch
+        (the drift cells stay measured) and is raised as BusyMachineError."""
+        what = f"the cost part of drift load {self.load} of `{self.arm}`"
+        try:
+            self.launch.cost_gate = self.context.gate(what, "cost", engine_up=True)
+        except BusyMachineError as exc:
+            if isinstance(exc.gate, Gate):
+                self.launch.cost_gate = exc.gate
+            self.launch.error = f"servediff stopped before the cost part: {exc}"
+            raise
 
     @property
     def plan(self) -> Plan:

@@ -69,6 +69,7 @@ def plan_text(engine: str, model: str, name: str, small: bool) -> str:
         "# comparison is within noise",
         "# adaptive = true",
         "# max_cost_loads = 4",
+        "# loads = \"combined\": drift, then cost probes in each cold load (half the starts)",
         "",
     ]
     if options := adapter.example_options(small):

@@ -31,7 +31,7 @@ from servediff.corpus import Corpus, load_corpus
 from servediff.design import Design, DesignSpec
 from servediff.design import make as make_design
 from servediff.engines import registry
-from servediff.engines.base import EngineOptions
+from servediff.engines.base import EngineAdapter, EngineOptions
 from servediff.errors import PlanError
 from servediff.evidence import CachePolicy
 from servediff.hub import hub_id
@@ -315,6 +315,11 @@ class Plan(Strict):
     # Each arm's cost loads once some were added: set by servediff from the run's
     # cost_loads.json, not in a plan file.
     cost_loads: dict[str, int] | None = None
+    # "separate": drift loads, then cost loads, each a cold start of its own. "combined":
+    # a cold load runs its drift probes and then its cost probes (the cost part gated as a
+    # cost load is), so an arm takes max(loads_per_arm, its cost loads) cold starts, not
+    # their sum; only where each arm serves drift and cost work alike (validate_engine).
+    loads: Literal["separate", "combined"] = "separate"
     engine_options: dict[str, Any] = Field(default_factory=dict)
     # One change each relative to the baseline ([engine_options] and [launch]); servediff
     # makes the arms from them (`design`), before any arm written in [arms].
@@ -432,6 +437,23 @@ class Plan(Strict):
         """The cost loads this arm takes: the plan's, or more where some were added."""
         return max(self.cost_loads_per_arm, (self.cost_loads or {}).get(arm, 0))
 
+    def combined(self, arm: str, load: int) -> bool:
+        """Whether this drift load of the arm also runs its cost load of the same number
+        (the cost loads past the drift loads, or added by the adaptive rule, run alone; an
+        external endpoint has no cost loads)."""
+        return (self.loads == "combined" and self.base_url is None
+                and load <= self.loads_per_arm
+                and load <= self.cost_loads_of(arm))
+
+    @model_validator(mode="after")
+    def _combined(self) -> Plan:
+        if self.loads == "combined" and self.scale.ray is not None:
+            raise ValueError(
+                'loads: "combined" runs cost probes inside drift loads, and a Ray run '
+                "places drift loads side by side on a node, where their timings would be "
+                'each other\'s; use loads = "separate" with scale.ray')
+        return self
+
     def confirmed(self, factors: list[str]) -> Plan:
         """This plan with the confirmation arm of these factors (in the baseline's
         comparison)."""
@@ -498,6 +520,8 @@ def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
         del dumped["cost_loads"]
     if not plan.adaptive and plan.max_cost_loads == Plan.model_fields["max_cost_loads"].default:
         del dumped["adaptive"], dumped["max_cost_loads"]  # came later: the sha256 stays
+    if plan.loads == "separate":
+        del dumped["loads"]  # came later too
     # so are a probe's settings added after it was locked with it (ProbeSettings)
     for settings in plan.probes.sections():
         table = dumped.get("probes", {}).get(settings.section, {})
@@ -670,8 +694,25 @@ def validate_engine(plan: Plan, source: str) -> None:
             if own or not problems:
                 problems.append(describe(exc, source, f"arms.{name}.options", options_model,
                                          only=own or None))
+    if plan.loads == "combined" and plan.base_url is None:
+        problems += [f"{source}: {why}" for name in plan.arms
+                     if (why := not_combinable(adapter, plan, name))]
     if problems:
         raise PlanError("\n".join(problems))
+
+
+def not_combinable(adapter: EngineAdapter, plan: Plan, arm: str) -> str | None:
+    """Why a combined load cannot serve this arm's drift and cost probes in one start: its
+    drift probes isolate the prefix cache that its cost probes measure as configured."""
+    options = arm_options(plan, arm)
+    if adapter.as_configured(options) == options:
+        return None
+    field = adapter.cache_option
+    return (f'loads: "combined" needs every arm to serve drift and cost work alike; '
+            f"`{arm}` does not: its drift probes run with {adapter.name}'s prefix cache off "
+            f"(per-load isolation) and its cost probes with the cache as the arm leaves it. "
+            f"Set engine_options.{field} (or arms.{arm}.options.{field}) to say which, or "
+            'use loads = "separate"')
 
 
 def lock(plan: Plan, corpus: Corpus) -> LockedPlan:

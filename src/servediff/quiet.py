@@ -29,8 +29,11 @@ from servediff.evidence import Conditions, Gate
 from servediff.plan import QuietSpec
 
 
-def look(spec: QuietSpec, baseline_mb: dict[int, int]) -> tuple[list[str], Conditions]:
-    """Why the machine is not quiet now (empty: quiet), from a reading over the window."""
+def look(spec: QuietSpec, baseline_mb: dict[int, int],
+         engine_up: bool = False) -> tuple[list[str], Conditions]:
+    """Why the machine is not quiet now (empty: quiet), from a reading over the window.
+    With the load's own engine up (`engine_up`), the GPU memory it holds says nothing of
+    an earlier load's, and is not checked."""
     exclude = ours(None)
     processes(exclude)  # start every process's CPU counter now
     time.sleep(spec.window_s)
@@ -43,7 +46,7 @@ def look(spec: QuietSpec, baseline_mb: dict[int, int]) -> tuple[list[str], Condi
         if gpu.throttle:
             reasons.append(f"GPU {gpu.index}: clocks held down ({', '.join(gpu.throttle)})")
         used, before = gpu.memory_used_mb or 0, baseline_mb.get(gpu.index)
-        if before is not None and used - before > spec.max_gpu_memory_mb:
+        if not engine_up and before is not None and used - before > spec.max_gpu_memory_mb:
             reasons.append(f"GPU {gpu.index}: {used - before} MiB more in use than before the "
                            f"run's first load (limit {spec.max_gpu_memory_mb} MiB): the "
                            "previous load's memory did not come back")
@@ -66,14 +69,14 @@ def _named(pid: int) -> str:
 
 
 def gate(spec: QuietSpec, baseline_mb: dict[int, int], what: str,
-         say: Callable[[str], None]) -> Gate:
+         say: Callable[[str], None], engine_up: bool = False) -> Gate:
     """Wait until the machine is quiet, up to `spec.wait_s`; then refuse or mark."""
     t0 = time.monotonic()
-    reasons, now = look(spec, baseline_mb)
+    reasons, now = look(spec, baseline_mb, engine_up)
     while reasons and time.monotonic() - t0 < spec.wait_s:
         say(f"waiting for a quiet machine before {what}: {reasons[0]}")
         time.sleep(min(5.0, max(0.0, spec.wait_s - (time.monotonic() - t0))))
-        reasons, now = look(spec, baseline_mb)
+        reasons, now = look(spec, baseline_mb, engine_up)
     found = Gate(quiet=not reasons, action=spec.action,
                  waited_s=round(time.monotonic() - t0, 3), reasons=reasons,
                  foreign_cpu_cores=now.foreign_cpu_cores, loadavg=now.loadavg[0],

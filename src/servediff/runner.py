@@ -251,7 +251,11 @@ def measure_load(context: RunContext, arm: str, load: int, phase: Phase,
         engine.start()
         engine.check_log()
         probes = ProbeContext(engine)
+        gated = False
         for cell in todo:
+            if cell.phase != phase and not gated:  # a combined load's cost cells come last
+                engine.cost_part()
+                gated = True
             by_cell(cell.probe).measure(probes, cell)
             engine.check_log()
     except EngineError as exc:

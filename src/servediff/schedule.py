@@ -37,7 +37,8 @@ def cost_runs(plan: Plan) -> bool:
 
 def schedule(plan: Plan) -> list[tuple[str, int, Phase]]:
     """(arm, load, phase) of every load, in the order they run; cost loads added to some
-    arms (adaptive) run after the others, still alternating among those arms."""
+    arms (adaptive) run after the others, still alternating among those arms. A cost load
+    that a drift load runs too (`Plan.combined`) is not a load of its own."""
     arms = list(plan.arms)
     counts: list[tuple[Phase, dict[str, int]]] = [
         ("drift", dict.fromkeys(arms, plan.loads_per_arm))]
@@ -48,5 +49,6 @@ def schedule(plan: Plan) -> list[tuple[str, int, Phase]]:
         for load in range(1, max(loads.values()) + 1):
             these = [arm for arm in arms if loads[arm] >= load]
             for arm in these if load % 2 else reversed(these):
-                order.append((arm, load, phase))
+                if phase == "drift" or not plan.combined(arm, load):
+                    order.append((arm, load, phase))
     return order

@@ -1,9 +1,11 @@
 """Real vLLM (CPU), a factor plan: which of two flags costs prefix reuse and which one
 the KV pool. Factor `no_prefix` (`--no-enable-prefix-caching`) and factor `small_kv`
 (`--num-gpu-blocks-override 24`, 24 blocks of 128 tokens instead of the 182 that 1 GiB
-holds) make four arms; each gets one drift load (one short text scored) and one cost
-load (prefix reuse only). Prefix-reuse loss must be attributed to `no_prefix` alone and
-the capacity cut to `small_kv` alone, in every contrast that measured them.
+holds) make four arms. The loads are combined: each arm's one cold load scores one short text
+and then measures prefix reuse, so the plan takes four vLLM starts, not eight. Prefix-reuse
+loss must be attributed to `no_prefix` alone and the capacity cut to `small_kv` alone, in
+every contrast that measured them, as with separate loads. (Combined loads need the
+prefix cache set in the plan for both parts: on in `[engine_options]`, off in `no_prefix`.)
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ def factor_plan(python: Path, work: Path) -> str:
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(work / "vllm-cache"),
            "TMPDIR": str(work / "tmp")}
     return ('name = "vllm-factors"\nengine = "vllm"\nmodel = "smollm2"\n'
-            "loads_per_arm = 1\ncost_loads_per_arm = 1\n"
+            'loads_per_arm = 1\ncost_loads_per_arm = 1\nloads = "combined"\n'
+            "[engine_options]\nprefix_cache = true\n"
             f"[launch]\ncommand = {json.dumps(command)}\ncache_policy = \"shared\"\n"
             "env = { " + ", ".join(f'{k} = {json.dumps(v)}' for k, v in env.items()) + " }\n"
-            '[factors.no_prefix]\nargs = ["--no-enable-prefix-caching"]\n'
+            "[factors.no_prefix]\noptions = { prefix_cache = false }\n"
             f'[factors.small_kv]\nargs = ["--num-gpu-blocks-override", "{BLOCKS}"]\n'
             '[corpus]\ntags = ["prose-short-storm"]\n[probes.repeat]\ncount = 0\n'
             "[probes.prefix]\nprefix_tokens = 400\nquestion_tokens = 16\nrequests = 3\n"
@@ -67,9 +70,17 @@ def test_prefix_loss_is_no_prefix_alone_and_the_kv_cut_small_kv_alone(factors_ru
     assert full is not None and cut == BLOCKS * 128 < full
     assert costs["no_prefix+small_kv"].capacity.kv_tokens == cut
     assert costs["no_prefix"].capacity.kv_tokens == full
+    # one combined load per arm, its cost cells measured by its own launch
+    assert sorted(p.name for p in (run / "loads").iterdir()) == sorted(
+        f"{arm}-load1.json" for arm in summary.arms)
+    assert summary.setup.loads == "combined"
     for arm in summary.arms:
-        cost = json.loads((run / "loads" / f"{arm}-cost1.json").read_text())["launches"][0]
-        assert cost["capacity"]["prefix_caching"] is ("no_prefix" not in arm), arm
+        record = json.loads((run / "loads" / f"{arm}-load1.json").read_text())
+        assert record["combined"] is True
+        (launch,) = record["launches"]
+        assert launch["capacity"]["prefix_caching"] is ("no_prefix" not in arm), arm
+        cell = json.loads((run / "cells" / f"{arm}-cost1-prefix.json").read_text())
+        assert (cell["load"], cell["phase"], cell["launch"]) == (1, "cost", 1)
         prefix = costs[arm].prefix
         assert prefix is not None and prefix.later_cached_tokens is not None
         assert (prefix.later_cached_tokens > 0) is ("no_prefix" not in arm), arm

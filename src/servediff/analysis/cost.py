@@ -110,8 +110,11 @@ def busy_reasons(cell: Cell, launch: Launch | None, spec: QuietSpec) -> list[str
     busy and the plan said mark, or around the cell other processes used more CPU than
     the plan allows, a GPU ran someone else's compute, or its clocks were held down."""
     out = []
-    if launch is not None and launch.gate is not None and not launch.gate.quiet:
-        out.append(f"the gate before the load found: {launch.gate.reasons[0]}")
+    # a combined load's cost cells: the gate before its cost part, when there was one
+    gate = launch and (launch.cost_gate if cell.phase == "cost" and launch.cost_gate
+                       else launch.gate)
+    if gate and not gate.quiet:
+        out.append(f"the gate before the load found: {gate.reasons[0]}")
     for when, c in (("before", cell.conditions), ("after", cell.conditions_after)):
         if c is None:
             continue
@@ -126,9 +129,11 @@ def busy_reasons(cell: Cell, launch: Launch | None, spec: QuietSpec) -> list[str
 
 
 def launches_by_cell(evidence: Evidence) -> dict[tuple[str, int, str, int], Launch]:
-    """(arm, load, phase, attempt) -> the launch record."""
-    return {(rec.arm, rec.load, rec.phase, x.attempt): x
-            for rec in evidence.loads for x in rec.launches}
+    """(arm, load, phase, attempt) -> the launch record (a combined load's launches under
+    both phases: its cost cells keep their cost names)."""
+    return {(rec.arm, rec.load, phase, x.attempt): x for rec in evidence.loads
+            for phase in ((rec.phase, "cost") if rec.combined else (rec.phase,))
+            for x in rec.launches}
 
 
 def _some(values: Sequence[float | None], groups: Sequence[int]) -> MetricStats | None:

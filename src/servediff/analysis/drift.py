@@ -394,7 +394,8 @@ def setup(evidence: Evidence) -> Setup:
         prefix=plan.scoring.prefix, loads_per_arm=plan.loads_per_arm,
         cost_loads_per_arm=plan.cost_loads_per_arm,
         cost_loads={a: n for a, n in (plan.cost_loads or {}).items()
-                    if n > plan.cost_loads_per_arm}, repeats=plan.probes.get(RepeatSettings).count,
+                    if n > plan.cost_loads_per_arm}, loads=plan.loads,
+        repeats=plan.probes.get(RepeatSettings).count,
         probes=plan.probes,
         context_lengths=sorted({n for _, x in launches if (n := x.context_length())}),
         arms=arms,

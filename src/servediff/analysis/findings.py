@@ -17,7 +17,7 @@ from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
 from servediff.plan import ProbesSpec, Regime
 from servediff.probes.base import Untested
 
-SUMMARY_SCHEMA_VERSION = 14
+SUMMARY_SCHEMA_VERSION = 15
 
 Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
 Band = list[float]
@@ -1064,6 +1064,8 @@ class Setup(Finding):
     cost_loads_per_arm: int | None
     # each arm's cost loads where the adaptive rule added some (schema 13)
     cost_loads: dict[str, int] = Field(default_factory=dict)
+    # "combined": each drift load also ran the cost load of its number (schema 15)
+    loads: Literal["separate", "combined"] = "separate"
     repeats: int
     probes: ProbesSpec
     context_lengths: list[int]

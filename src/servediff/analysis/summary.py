@@ -58,7 +58,8 @@ def conditions(evidence: Evidence, by_arm: Mapping[str, list[Cell]]
         foreign = [c.foreign_cpu_cores for c in readings if c.foreign_cpu_cores is not None]
         gpus = [g for c in readings for g in c.gpus]
         gates = [g for rec in evidence.loads if rec.arm == arm
-                 for g in (rec.refused, *(x.gate for x in rec.launches)) if g is not None]
+                 for g in (rec.refused, *(y for x in rec.launches
+                                          for y in (x.gate, x.cost_gate))) if g is not None]
         out[arm] = ArmConditions(
             machines=sorted({room.of(x).label(x.node) for rec in evidence.loads if rec.arm == arm
                              for x in rec.launches if x.machine}),

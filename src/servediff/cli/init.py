@@ -12,7 +12,7 @@ from servediff import atomic, gpu
 from servediff.cli.console import err, out
 from servediff.engines import registry
 from servediff.errors import InputError
-from servediff.estimate import describe, design_text, estimate
+from servediff.estimate import describe, estimate, shape_lines
 from servediff.models import BUILTIN_MODELS
 from servediff.newplan import comments, plan_text
 from servediff.plan import resolve_plan
@@ -65,7 +65,7 @@ def init(engine: str, model: str, target: Path, size: str, name: str | None,
         "probe grids: " + ("small (the demo's, for a CPU)" if small else "full (the defaults)"),
         f"protocol: {found.loads} loads, {found.cells} cells, about {found.requests:,} "
         "requests",
-        *([shape] if (shape := design_text(plan, found)) else []),
+        *shape_lines(plan, found),
         describe(estimate(plan, found, base)),
     ]
     # the plan validated above, under its header of comments

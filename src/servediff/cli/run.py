@@ -18,7 +18,7 @@ from servediff.cli.console import err, out
 from servediff.cli.progress import RichObserver
 from servediff.corpus import Corpus
 from servediff.errors import InputError
-from servediff.estimate import describe, design_text, estimate
+from servediff.estimate import describe, estimate, shape_lines
 from servediff.plan import Plan, load_plan_file, resolve_plan
 from servediff.policy import unmeasured
 from servediff.probes import protocol_size
@@ -54,8 +54,8 @@ def announce(plan: Plan, corpus: Corpus, root: Path, base: Path, yes: bool,
     notes = f" ({'; '.join(size.notes)})" if size.notes else ""
     err.print(f"protocol: {size.loads} loads, {size.cells} cells, about {size.requests:,} "
               f"requests{notes}", highlight=False)
-    if (shape := design_text(plan, size)) is not None:
-        err.print(shape, highlight=False)
+    for line in shape_lines(plan, size):
+        err.print(line, highlight=False)
     err.print(describe(estimate(plan, size, base)), highlight=False)
     if (size.requests > ASK_ABOVE_REQUESTS and not yes and not root.exists()
             and not sys.stdin.isatty()):

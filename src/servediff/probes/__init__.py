@@ -51,7 +51,12 @@ def by_cell(probe_name: str) -> Probe[Any]:
 
 
 def cells_of_load(plan: Plan, arm: str, load: int, phase: Phase = "drift") -> list[CellSpec]:
-    return [cell for probe in ordered() if probe.phase == phase
+    """The cells a load measures, in order: a combined drift load's cost cells (of the
+    cost load of its number) come after its drift cells."""
+    phases: list[Phase] = [phase]
+    if phase == "drift" and plan.combined(arm, load):
+        phases.append("cost")
+    return [cell for part in phases for probe in ordered() if probe.phase == part
             for cell in probe.cells(plan, arm, load)]
 
 

@@ -274,7 +274,10 @@ def protocol(setup: Setup) -> str:
             parts.append(f"{setup.cost_loads_per_arm} cost load(s) per arm" + (
                 " (added where a speed comparison was within noise: " + ", ".join(
                     f"`{arm}` {n}" for arm, n in setup.cost_loads.items()) + ")"
-                if setup.cost_loads else ""))
+                if setup.cost_loads else "") + (
+                ", each run by the drift load of its number after its drift probes "
+                "(loads = \"combined\"; a cost load past the drift loads runs alone)"
+                if setup.loads == "combined" else ""))
         for probe in registry.ordered():
             spec = probes.get(probe.settings)
             if probe.phase == phase and spec.on() and (text := probe.protocol(spec)):
