@@ -158,8 +158,16 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
     # 7,281 tokens that 2 GiB holds at 24 heads of 256 (2,415,919,104 bytes for 8,192),
     # so that only the sweep, which bisects it, pays the restarts a death costs.
     seed_stack = [*seed_args, "--disable-prefill-cuda-graph"] if gpu else seed_args
+    # Combined loads: each arm's first cold load runs its drift probes and then its cost
+    # probes, its second the drift probes alone: 8 cold loads for the four arms, not 12.
+    # The radix cache stays on in both parts, as the arm serves (a deterministic arm's
+    # SGLang turns it off itself). Scoring asks logprobs from position 0, and SGLang caps
+    # a logprob request's cache match at its logprob_start_len, so no scoring request
+    # reads the cache; the speed probe salts its prompts and the prefix probe uses its own.
     seed = (f'name = "h200-sglang-seed"\nengine = "sglang"\nmodel = "{models["seed"]}"\n'
-            "loads_per_arm = 2\ncost_loads_per_arm = 1\n" + launch(device, seed_stack)
+            'loads_per_arm = 2\ncost_loads_per_arm = 1\nloads = "combined"\n'
+            + launch(device, seed_stack).replace("[engine_options]\n",
+                                                 "[engine_options]\nprefix_cache = true\n")
             + '[factors.deterministic]\nargs = ["--enable-deterministic-inference"]\n'
             + '[factors.triton]\nargs = ["--attention-backend", "triton"]\n'
             + "[corpus]\nmax_texts = 12\n[probes.repeat]\ncount = 1\n"
@@ -168,7 +176,7 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
             + "max_tokens = 16\n[probes.generate]\ntexts = 4\nmax_tokens = 32\n"
             + f"[probes.speed]\nprompt_tokens = [512, {CONCURRENT if gpu else 1024}]\n"
             + "max_tokens = 32\nreplicates = 3\nlevels = [1, 4]\n"
-            + f"[probes.sweep]\nstart = {2048 if gpu else 256}\nlevels = [{SWEEP_LEVELS}]\n"
+            + f"[probes.sweep]\nstart = {4096 if gpu else 256}\nlevels = [{SWEEP_LEVELS}]\n"
             + "resolution = 16\nrequest_timeout_s = 120\n"
             + f"[probes.prefix]\nprefix_tokens = {4096 if gpu else 512}\n"
             + "question_tokens = 32\nrequests = 3\n" + QUIET)
@@ -203,7 +211,9 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
                + "question_tokens = 32\nrequests = 3\n" + QUIET)
     # the seed's own two arms alone (stock against deterministic), for a lease too short
     # for the factor plan's 12 cold loads
-    pair = (seed.replace('name = "h200-sglang-seed"', 'name = "h200-sglang-seed-pair"')
+    pair = (seed.replace('loads = "combined"\n', "").replace("prefix_cache = true\n", "")
+            .replace(f"start = {4096 if gpu else 256}", f"start = {2048 if gpu else 256}")
+            .replace('name = "h200-sglang-seed"', 'name = "h200-sglang-seed-pair"')
             .replace('[factors.triton]\nargs = ["--attention-backend", "triton"]\n', "")
             .replace(launch(device, seed_stack), launch(device, seed_args))
             .replace(f"levels = [{SWEEP_LEVELS}]", "levels = [1, 4]")
