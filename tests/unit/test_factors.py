@@ -250,6 +250,52 @@ def test_the_case_ship_autotune_off_deterministic_is_not_needed_and_costs_three_
                in line for line in text)
 
 
+def amended(kv_without_triton: int):
+    """The seed's amended advice: --deterministic stops the reload drift on either
+    backend; without --triton it dies above DIES_ABOVE prompt tokens and loses prefix
+    reuse (`kv_without_triton` 0), or only holds a little less KV (a cost, not severe)."""
+    def make(argv: list[str], launch: int) -> FakeEngine:
+        deterministic, triton = "--deterministic" in argv, "--triton" in argv
+        severe = deterministic and not triton and not kv_without_triton
+        return FakeEngine(load_offset=0.0 if deterministic else 1e-4 * (launch + 1),
+                          dies_above=DIES_ABOVE if severe else None,
+                          kv_tokens=(kv_without_triton or 324_186)
+                          if deterministic and not triton else 324_186,
+                          prefix_cache=not severe)
+    return make
+
+
+@pytest.mark.parametrize("kv_without_triton", [0, 310_000])
+def test_a_factor_the_criterion_does_not_need_is_kept_for_severe_costs_only(
+        kv_without_triton: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    plan = factor_plan(tmp_path, factors={"deterministic": {"args": ["--deterministic"]},
+                                          "triton": {"args": ["--triton"]}})
+    summary = run(tmp_path, monkeypatch, plan, amended(kv_without_triton))
+    assert summary.factors is not None
+    ship = summary.factors.ship
+    assert [a.arm for a in summary.factors.arms if a.meets] == [
+        "deterministic", "deterministic+triton"]
+    text = ship_words.ship_lines(summary)
+    if kv_without_triton:
+        # a 4 % smaller KV pool is a cost, not a severe one: the fewest factors win
+        assert (ship.arm, ship.kept) == ("deterministic", [])
+        assert [c.topic for c in ship.costs] == ["capacity"]
+        assert text[0].startswith("Ship `deterministic`: the fewest factors")
+        return
+    # dies on long prompts and loses prefix reuse: triton is kept for that
+    assert (ship.arm, ship.factors, ship.costs, ship.left_out) == (
+        "deterministic+triton", ["deterministic", "triton"], [], [])
+    (kept,) = ship.kept
+    assert (kept.factor, kept.arm, kept.against) == (
+        "triton", "deterministic", "deterministic+triton")
+    assert {c.topic for c in kept.costs} == {"survival failure", "prefix"}
+    assert text[0].startswith("Ship `deterministic+triton`: of the arms that are "
+                              "bit-identical")
+    assert any(line.startswith("`triton`: not needed for reproducibility here, kept for "
+                               "its costs; without it `deterministic` would cost")
+               for line in text)
+
+
 def test_drift_that_stops_only_with_both_factors_is_an_interaction(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     plan = factor_plan(tmp_path, probes={

@@ -557,6 +557,78 @@ def test_deterministic_flashinfer_dies_past_7281_tokens_as_the_seed_did(tmp_path
     assert ship is not None and ship.ship.arm == "baseline"
 
 
+def test_the_seed_s_factor_plan_on_the_h200_ships_deterministic_on_triton(tmp_path: Path):
+    """h200-sglang-seed (issue 43, one H200, one lease): the seed's stack (no prefill CUDA
+    graphs) with `deterministic` x `triton`, 8 combined cold loads. Every arm is
+    bit-identical across cold loads and within a load; only the deterministic arms are
+    under concurrency (the stock ones give batch-composition in greedy generations).
+    Deterministic FlashInfer dies from 7,264 tokens, where batch_prefill_tmp_v fits the
+    2 GiB workspace and batch_prefill_tmp_s no longer does, and SGLang turns its radix
+    cache off; on Triton it holds every prompt and keeps prefix reuse. What to ship is
+    `deterministic+triton`, the report's amended advice, with `triton` kept for those
+    costs. The KV pool moves by under 1 % between starts, in every arm alike."""
+    from servediff.engines.sglang import SglangAdapter
+
+    run, summary, evidence = _carried_sglang("h200-sglang-seed", "NVIDIA H200", tmp_path)
+    launches = [x for rec in evidence.loads for x in rec.launches]
+    assert all("--disable-prefill-cuda-graph" in x.command for x in launches)
+    arms = ["baseline", "deterministic", "triton", "deterministic+triton"]
+    assert sorted((r.arm, r.load, r.phase, r.combined) for r in evidence.loads) == sorted(
+        (arm, load, "drift", load == 1) for arm in arms for load in (1, 2))
+    assert summary.setup.loads == "combined"
+    factors = summary.factors
+    assert factors is not None
+    ship = factors.ship
+    assert (ship.arm, ship.meets, ship.costs, ship.left_out) == (
+        "deterministic+triton", True, [], [])
+    (kept,) = ship.kept
+    assert (kept.factor, kept.arm, kept.against) == (
+        "triton", "deterministic", "deterministic+triton")
+    assert [c.topic for c in kept.costs][:2] == ["survival failure", "prefix"]
+    for arm in factors.arms:
+        drift = {d.regime: d for d in arm.drift}
+        assert drift["across loads"].moved == drift["within a load"].moved == 0
+        assert drift["concurrency"].reproducible is ("deterministic" in arm.factors)
+    # the death, bisected to 16 tokens, and why it comes before 7,281 tokens
+    det = summary.costs["deterministic"].survival
+    assert det is not None and det.limit is not None
+    assert (det.limit.survives, det.limit.fails_from, det.limit.outcome) == (7248, 7264,
+                                                                            "death")
+    for arm in ("baseline", "triton", "deterministic+triton"):
+        held = summary.costs[arm].survival
+        assert held is not None and held.largest_ok_length == {"1": 16377}
+    log = (run / "logs" / "deterministic-load1.log").read_text()
+    per_token, workspace = 2415919104 // 8192, 2147483648
+    for tokens in (7296, 7424, 7680):
+        assert f"batch_prefill_tmp_v with size {per_token * tokens} " in log
+    assert workspace - per_token * 7264 == 5242880
+    assert ("batch_prefill_tmp_s with size 8368128 and alignment 16, but only 5242880 bytes "
+            "available") in log
+    assert 7248 < workspace // (per_token + 8368128 // 7264) == 7253 < 7264
+    (det_load,) = [r for r in evidence.loads if (r.arm, r.load) == ("deterministic", 1)]
+    assert sum("death at" in (x.error or "") for x in det_load.launches) == 6
+    # SGLang turns the radix cache off for deterministic FlashInfer, not on Triton
+    cached = {arm: summary.costs[arm].prefix for arm in arms}
+    assert {arm: p.later_cached_tokens for arm, p in cached.items() if p} == {
+        "baseline": 4096, "deterministic": 0, "triton": 4096, "deterministic+triton": 4096}
+    adapter = SglangAdapter()
+    for name in ("deterministic-load1", "deterministic-load2"):
+        said = adapter.startup_from_log((run / "logs" / f"{name}.log").read_text())
+        assert said["radix_cache_off_by_sglang"] == "flashinfer"
+    assert "radix_cache_off_by_sglang" not in adapter.startup_from_log(
+        (run / "logs" / "deterministic+triton-load2.log").read_text())
+    pools = {x.startup["kv_pool_tokens"] for x in launches if x.seconds_to_ready}
+    assert (max(pools) - min(pools)) / max(pools) < 0.01
+    # start-up: the lease's first start built FlashInfer's kernels, every later one found
+    # them (and the triton arm's first start built Triton's)
+    first, *later = sorted((x for x in launches if x.seconds_to_ready),
+                           key=lambda x: x.started_at)
+    jit = {c.env: c for c in first.caches}
+    assert jit["FLASHINFER_WORKSPACE_BASE"].empty_at_start and first.seconds_to_ready > 250
+    assert all(not {c.env: c for c in x.caches}["FLASHINFER_WORKSPACE_BASE"].empty_at_start
+               and x.seconds_to_ready < 80 for x in later)
+
+
 def test_sglang_s_first_start_on_the_h200_compiles_flashinfer(tmp_path: Path):
     """h200-sglang-first-start: the lease's first start found FlashInfer's JIT cache
     empty; the prefill CUDA graph capture, where FlashInfer builds its kernels, took 222 s

@@ -10,10 +10,16 @@ whether the factor changed it, from the same comparisons the verdict makes
 changes a property always (every contrast), only together with other factors
 (an interaction: some contrasts), or never.
 
-What to ship is the arm with the fewest factors that meets the plan's
-criterion (`ship.require`: no text moved across loads, within a load, under
-concurrency), then the fewest costs against the baseline; every factor it
-leaves out is named with the costs it would have brought on top of it.
+What to ship is, of the arms that meet the plan's criterion (`ship.require`:
+no text moved across loads, within a load, under concurrency), the one with the
+fewest severe costs against the baseline (did not start, died or failed on a
+prompt, lost prefix reuse, a tenth of the KV pool), then the fewest factors,
+then the fewest other costs: a factor that the criterion does not need is kept
+when the arm without it has more severe costs (the seed's case: deterministic
+inference is reproducible on FlashInfer and on Triton, and only on FlashInfer
+does it die on long prompts). Every factor the answer leaves
+out is named with the costs it would have brought on top of it, and every factor
+it keeps only for its costs with the costs of the arm without it.
 """
 
 from __future__ import annotations
@@ -223,18 +229,34 @@ def pair_costs(a: str, b: str, costs: Mapping[str, ArmCosts], by_arm: Mapping[st
     return [c for c in claims if c.kind == "cost"]
 
 
+# Costs of what the server cannot do (start, hold a prompt, reuse a prefix, keep a tenth
+# more of its KV pool): they decide the answer before the number of factors does. A
+# speed or start-up cost only breaks a tie after it, since the noise rule passes some by
+# chance and a factor kept for one would make the answer follow the noise.
+SEVERE = ("refused", "survival", "survival failure", "prefix")
+
+
+def severe(claim: Claim) -> bool:
+    if isinstance(claim, CapacityClaim):
+        a, b = claim.value_a, claim.value_b
+        return a is not None and b is not None and b < 0.9 * a
+    return claim.topic in SEVERE
+
+
 def ship(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCosts],
          by_arm: Mapping[str, list[Cell]], refused: Mapping[str, DidNotStart],
          not_tested: Iterable[str], unmeasured: list[Regime], found: Found) -> Ship:
     order = {a.arm: i for i, a in enumerate(arms)}
     by_set = {frozenset(a.factors): a.arm for a in arms}
 
-    def burden(a: FactorArm) -> int:
-        return len(pair_costs(BASELINE, a.arm, costs, by_arm, refused, found))
+    def burden(a: FactorArm) -> tuple[int, int]:
+        mine = pair_costs(BASELINE, a.arm, costs, by_arm, refused, found)
+        return sum(map(severe, mine)), len(mine)
 
     meeting = [a for a in arms if a.meets]
     if meeting:
-        chosen = min(meeting, key=lambda a: (len(a.factors), burden(a), order[a.arm]))
+        chosen = min(meeting, key=lambda a: (burden(a)[0], len(a.factors), burden(a)[1],
+                                             order[a.arm]))
     else:
         def shortfall(a: FactorArm) -> tuple[int, int, int, int]:
             mine = [r for r in a.drift if r.regime in plan.ship.require
@@ -253,12 +275,20 @@ def ship(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCosts],
         left.append(LeftOut(factor=factor, arm=arm, against=against if arm else None,
                             costs=pair_costs(against, arm, costs, by_arm, refused, found)
                             if arm else []))
+    kept = []
+    for factor in chosen.factors if chosen.meets else []:
+        without = next((a for a in meeting if set(a.factors) == set(chosen.factors) - {factor}),
+                       None)
+        if without is not None:
+            mine = pair_costs(chosen.arm, without.arm, costs, by_arm, refused, found)
+            kept.append(LeftOut(factor=factor, arm=without.arm, against=chosen.arm,
+                                costs=sorted(mine, key=lambda c: not severe(c))))
     return Ship(require=list(plan.ship.require), unmeasured=unmeasured,
                 threshold_abs_nll=plan.thresholds.moved_abs_nll,
                 baseline=BASELINE, arm=chosen.arm, factors=chosen.factors,
                 meets=chosen.meets,
                 costs=pair_costs(BASELINE, chosen.arm, costs, by_arm, refused, found),
-                left_out=left, not_tested=sorted(not_tested))
+                left_out=left, kept=kept, not_tested=sorted(not_tested))
 
 
 def design_effects(design: Design, costs: Mapping[str, ArmCosts]) -> list[EffectEstimate]:

@@ -17,7 +17,7 @@ from servediff.evidence import CachePolicy, Outcome, Phase, RequestKind, Skipped
 from servediff.plan import ProbesSpec, Regime
 from servediff.probes.base import Untested
 
-SUMMARY_SCHEMA_VERSION = 15
+SUMMARY_SCHEMA_VERSION = 16
 
 Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
 Band = list[float]
@@ -874,9 +874,12 @@ class LeftOut(Finding):
 
 
 class Ship(Finding):
-    """What to ship: the smallest set of factors that meets the reproducibility criterion,
-    its costs against the baseline, and every factor left out with what it would cost.
-    When no arm meets it, `meets` is false and `arm` is the best one."""
+    """What to ship: of the arms that meet the reproducibility criterion, the one with the
+    fewest severe costs against the baseline (analysis.factors.severe), then the fewest
+    factors, then the fewest other costs; its costs, every factor left out with what it
+    would cost, and every factor it keeps only for its costs (the arm without it meets the
+    criterion too, with more severe costs). When no arm meets it, `meets` is false and
+    `arm` is the best one."""
 
     require: list[Regime]
     # regimes of ship.require that no arm measured (a probe off): left out of the criterion
@@ -892,6 +895,10 @@ class Ship(Finding):
     # a design short of the full factorial: the factors it says meet the criterion (None:
     # it cannot say, see factors.design); schema 12
     predicted: list[str] | None = None
+    # factors of the answer that the criterion does not need: each with the arm without
+    # it (`arm`, which meets the criterion too) and that arm's costs against the answer
+    # (`against`); schema 16
+    kept: list[LeftOut] = Field(default_factory=list)
 
 
 ExplanationKind = Literal["every arm", "no arm", "explained", "cannot tell apart",

@@ -255,6 +255,10 @@ class SglangAdapter(EngineAdapter):
         log line to ready."""
         start = log_text.rfind("server_args=")
         text = log_text[log_text.rfind("\n", 0, start) + 1:] if start >= 0 else log_text
+        # what SGLang says while it reads its arguments comes before its server_args line:
+        # the lines after the previous start's server_args line (0.5.17, the H200)
+        before = log_text.rfind("server_args=", 0, start) if start >= 0 else -1
+        lead = log_text[max(before, 0):max(start, 0)]
         out: dict[str, Any] = {}
         if m := _last(WEIGHTS, text):
             out["weights_s"], out["weights_gb"] = float(m["s"]), float(m["gb"])
@@ -277,7 +281,7 @@ class SglangAdapter(EngineAdapter):
         if m := _last(TIMINGS, text):
             pairs = re.sub(r"\{[^}]*\}", "", m["pairs"])  # the graphs are read above
             out["sglang_timings_s"] = {t["name"]: float(t["s"]) for t in TIMING.finditer(pairs)}
-        if m := RADIX_OFF.search(text):
+        if m := RADIX_OFF.search(lead) or RADIX_OFF.search(text):
             out["radix_cache_off_by_sglang"] = m["backend"]
         stamps = [_seconds(line) for line in text.splitlines() if STAMP.match(line)]
         ready = next((_seconds(line) for line in text.splitlines() if READY in line

@@ -69,6 +69,10 @@ def ship_lines(summary: Summary) -> list[str]:
     elif ship.meets and not ship.factors:
         lines = [f"Ship the baseline: it is already {criterion_text(ship)} ({drift}); no "
                  "factor is needed for reproducibility here."]
+    elif ship.meets and ship.kept:
+        lines = [f"Ship `{ship.arm}`: of the arms that are {criterion_text(ship)}, the one "
+                 f"with the fewest severe costs against `{ship.baseline}` ({drift}); an arm "
+                 "of fewer factors meets it too, with more (below)."]
     elif ship.meets:
         lines = [f"Ship `{ship.arm}`: the fewest factors ({', '.join(ship.factors)}) that "
                  f"are {criterion_text(ship)} ({drift})."]
@@ -85,6 +89,15 @@ def ship_lines(summary: Summary) -> list[str]:
         else:
             lines.append(f"No cost of `{ship.arm}` against `{ship.baseline}` was observed "
                          "within the regime measured.")
+    for kept in ship.kept:
+        head = (f"`{kept.factor}`: not needed for reproducibility here, kept for its costs; "
+                f"without it `{kept.arm}`")
+        if kept.costs:
+            lines.append(f"{head} would cost against `{kept.against}`:")
+            lines += [f"- {claim_text(c)}" for c in kept.costs]
+        else:
+            lines.append(f"{head} meets the criterion too, with more severe costs against "
+                         f"`{ship.baseline}`.")
     for left in ship.left_out:
         head = (f"`{left.factor}`: not needed for reproducibility here" if ship.meets
                 else f"`{left.factor}`: left out" if answered else f"`{left.factor}`")
