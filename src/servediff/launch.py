@@ -305,7 +305,8 @@ class EngineLaunch:
         """The launch ended in an engine error: recorded, and a dying engine is given a
         moment to be reaped so that its death is recorded as such."""
         self.launch.error = str(exc)
-        self.context.observer.note(f"{self.arm} {self.phase} load {self.load}: {exc}")
+        kind = "combined" if self.record.combined else self.phase
+        self.context.observer.note(f"{self.arm} {kind} load {self.load}: {exc}")
         if self.proc is not None:
             self.proc.exited_within(2.0)
 
