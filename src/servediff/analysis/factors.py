@@ -249,14 +249,13 @@ def ship(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCosts],
     order = {a.arm: i for i, a in enumerate(arms)}
     by_set = {frozenset(a.factors): a.arm for a in arms}
 
-    def burden(a: FactorArm) -> tuple[int, int]:
-        mine = pair_costs(BASELINE, a.arm, costs, by_arm, refused, found)
-        return sum(map(severe, mine)), len(mine)
-
     meeting = [a for a in arms if a.meets]
+    # each arm's costs against the baseline, once: (severe ones, all of them)
+    burden = {a.arm: (sum(map(severe, mine)), len(mine)) for a in meeting
+              for mine in [pair_costs(BASELINE, a.arm, costs, by_arm, refused, found)]}
     if meeting:
-        chosen = min(meeting, key=lambda a: (burden(a)[0], len(a.factors), burden(a)[1],
-                                             order[a.arm]))
+        chosen = min(meeting, key=lambda a: (burden[a.arm][0], len(a.factors),
+                                             burden[a.arm][1], order[a.arm]))
     else:
         def shortfall(a: FactorArm) -> tuple[int, int, int, int]:
             mine = [r for r in a.drift if r.regime in plan.ship.require
@@ -277,11 +276,10 @@ def ship(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCosts],
                             if arm else []))
     kept = []
     for factor in chosen.factors if chosen.meets else []:
-        without = next((a for a in meeting if set(a.factors) == set(chosen.factors) - {factor}),
-                       None)
-        if without is not None:
-            mine = pair_costs(chosen.arm, without.arm, costs, by_arm, refused, found)
-            kept.append(LeftOut(factor=factor, arm=without.arm, against=chosen.arm,
+        without = by_set.get(frozenset(chosen.factors) - {factor})
+        if without in burden:  # that arm meets the criterion too
+            mine = pair_costs(chosen.arm, without, costs, by_arm, refused, found)
+            kept.append(LeftOut(factor=factor, arm=without, against=chosen.arm,
                                 costs=sorted(mine, key=lambda c: not severe(c))))
     return Ship(require=list(plan.ship.require), unmeasured=unmeasured,
                 threshold_abs_nll=plan.thresholds.moved_abs_nll,
