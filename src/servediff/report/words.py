@@ -112,15 +112,16 @@ def finding_text(f: DriftFinding) -> str:
     return "across-load only" if f.only else "across-load"
 
 
+def finding_name(f: DriftFinding) -> str:
+    """The signature part a finding is (a key of SIGNATURES)."""
+    return "across-load only" if f.kind == "across-load" and f.only else f.kind
+
+
 def _parts(sig: Signature) -> list[tuple[str, str]]:
     """(name, text) of each part of a signature."""
     if sig.name != "drift":
         return [(sig.name, sig.name)]
-    out = []
-    for f in sig.findings:
-        text = finding_text(f)
-        out.append((text.split(" (")[0], text))
-    return out
+    return [(finding_name(f), finding_text(f)) for f in sig.findings]
 
 
 def and_list(items: list[str], word: str = "and") -> str:
@@ -325,13 +326,13 @@ def _capacity_text(c: CapacityClaim) -> str:
     if c.what == "concurrency" and va and vb:
         return f"maximum concurrency: `{b}` {num3(vb)} vs `{a}` {num3(va)} ({vb / va - 1:+.0%})"
     if not (va and vb):
-        return f"KV pool reported for one arm only ({a}: {_int(va)}, {b}: {_int(vb)})"
+        return f"KV pool reported for one arm only ({a}: {_known(va)}, {b}: {_known(vb)})"
     text = f"KV pool: `{b}` {vb:,} vs `{a}` {va:,} tokens ({vb / va - 1:+.0%})"
     return text + ", the same" if c.kind == "note" else text
 
 
-def _int(x: float | None) -> str:
-    return "None" if x is None else str(x)
+def _known(x: float | None) -> str:
+    return "not reported" if x is None else str(x)
 
 
 def _prefix_text(c: PrefixClaim) -> str:
