@@ -1,6 +1,7 @@
 """report.html: one self-contained page (no network) with the report and its plots.
 
-Rendered from a scrubbed summary and the scrubbed Markdown report. Every piece
+Rendered from a scrubbed summary and the scrubbed Markdown report, parsed by
+markdown-it-py (CommonMark and tables; raw HTML, links and images off). Every piece
 of text that came from the evidence (model outputs, errors, log tails, tags)
 is HTML-escaped; the plots are SVG drawn by matplotlib, which escapes the
 text it writes. The page loads nothing: no script source, no stylesheet link,
@@ -11,8 +12,16 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Sequence
+
+from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml
+from markdown_it.renderer import RendererProtocol
+from markdown_it.token import Token
+from markdown_it.utils import EnvType, OptionsDict
 
 from servediff.analysis.findings import Summary
+from servediff.report.markdown import SAW
 from servediff.report.plots import PLOTS
 
 STYLE = """
@@ -34,54 +43,39 @@ EVIDENCE_PATH = re.compile(
     r"(?<![\w/.])((?:cells|loads|logs|partial)/[\w.\-/]+\.(?:json|jsonl|log|txt))")
 
 
-def _inline(text: str) -> str:
-    """Escaped text with the report's inline Markdown: `code`, **bold**, _emphasis_, and
-    links to the bundle's files named outside code."""
-    parts = re.split(r"(`[^`]+`)", text)
-    out = []
-    for i, part in enumerate(parts):
-        if i % 2:
-            out.append(f"<code>{html.escape(part[1:-1])}</code>")
-            continue
-        part = html.escape(part)
-        part = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", part)
-        part = re.sub(r"(?<!\w)_(?=\S)(.+?)(?<=\S)_(?!\w)", r"<em>\1</em>", part)
-        out.append(EVIDENCE_PATH.sub(r'<a href="\1">\1</a>', part))
-    return "".join(out)
+def _text(renderer: RendererProtocol, tokens: Sequence[Token], idx: int, options: OptionsDict,
+          env: EnvType) -> str:
+    """Plain text, escaped, with the bundle's files it names (outside code) as links."""
+    text: str = escapeHtml(tokens[idx].content)
+    return EVIDENCE_PATH.sub(r'<a href="\1">\1</a>', text)
+
+
+def _parser() -> MarkdownIt:
+    """CommonMark with tables, as report.md is written. Raw HTML is escaped, and links,
+    images and autolinks are off: text from the evidence (model outputs, errors, log
+    tails) cannot make the page load or point anywhere."""
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    md.disable(["link", "image", "autolink", "html_inline", "html_block"])
+    md.add_render_rule("text", _text)
+    return md
+
+
+MARKDOWN = _parser()
 
 
 def markdown_to_html(markdown: str) -> str:
-    """The subset of Markdown report.md uses: headings, lists, tables, paragraphs."""
-    out: list[str] = []
-    table: list[list[str]] = []
-    items: list[str] = []
+    page: str = MARKDOWN.render(markdown)
+    return page
 
-    def flush() -> None:
-        if table:
-            head, *rows = [r for r in table if not all(set(c) <= {"-", " "} for c in r)]
-            out.append("<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head)
-                       + "</tr>" + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r)
-                                           + "</tr>" for r in rows) + "</table>")
-            table.clear()
-        if items:
-            out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in items) + "</ul>")
-            items.clear()
 
-    for line in markdown.splitlines():
-        if line.startswith("|"):
-            table.append([c.strip() for c in line.strip().strip("|").split("|")])
-            continue
-        if line.startswith("- "):
-            items.append(line[2:])
-            continue
-        flush()
-        if m := re.match(r"(#{1,4}) (.*)", line):
-            level = len(m.group(1))
-            out.append(f"<h{level}>{_inline(m.group(2))}</h{level}>")
-        elif line.strip():
-            out.append(f"<p>{_inline(line)}</p>")
-    flush()
-    return "\n".join(out)
+def _split_at(markdown: str, title: str) -> tuple[list[Token], list[Token]]:
+    """report.md's blocks before the second-level section `title`, and from it on."""
+    tokens = MARKDOWN.parse(markdown)
+    for i, token in enumerate(tokens[:-1]):
+        if (token.type == "heading_open" and token.tag == "h2"
+                and tokens[i + 1].content == title):
+            return tokens[:i], tokens[i:]
+    return tokens, []
 
 
 def render_html(summary: Summary, markdown: str, title: str) -> str:
@@ -94,12 +88,16 @@ def render_html(summary: Summary, markdown: str, title: str) -> str:
                        f"<figcaption>{html.escape(caption)}</figcaption>{body}</figure>")
     body = markdown.split("\n", 1)[1] if markdown.startswith("# ") else markdown
     # The headline findings first, then the plots, then the rest of the report.
-    head, sep, rest = body.partition("\n## What you saw")
+    head, rest = _split_at(body, SAW)
+
+    def render(tokens: list[Token]) -> str:
+        out: str = MARKDOWN.renderer.render(tokens, MARKDOWN.options, {})
+        return out
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>" + markdown_to_html(head)
+        f"<h1>{html.escape(title)}</h1>" + render(head)
         + "<h2>Plots</h2>" + "\n".join(figures) + "\n"
-        + markdown_to_html(sep.lstrip("\n") + rest) + "</body></html>\n"
+        + render(rest) + "</body></html>\n"
     )

@@ -14,6 +14,30 @@ from servediff.report import ship, words
 from servediff.report.costs import cost_lines, verdict_lines
 from servediff.report.table import fmt_nll, fmt_ppl, grid_rows, skip_label
 
+# the section that report.html puts after the plots, with all it holds
+SAW = "What you saw"
+
+
+def _block(line: str) -> str:
+    if line.startswith("- "):
+        return "item"
+    if line.startswith("|"):
+        return "row"
+    return "other"
+
+
+def blocks(lines: list[str]) -> list[str]:
+    """The report's lines as Markdown blocks: a blank line between two lines unless both
+    are items of one list or rows of one table, so that every Markdown renderer (GitHub,
+    report.html) shows each other line as a paragraph of its own, as the report means."""
+    out: list[str] = []
+    for line in (part for entry in lines for part in entry.split("\n")):
+        if out and out[-1].strip() and line.strip() and (
+                _block(line) == "other" or _block(line) != _block(out[-1])):
+            out.append("")
+        out.append(line)
+    return out
+
 
 def _first(entry: GenerationComparison) -> str:
     if not entry.divergences:
@@ -152,7 +176,7 @@ def render(summary: Summary, run_name: str, bundle_sha256: str | None = None) ->
                   "## Which factor changes what", "",
                   *[f"- {line}" for line in ship.attribution_lines(summary)], ""]
     lines += what_broke(summary)
-    lines += ["## What you saw", ""]
+    lines += [f"## {SAW}", ""]
     lines += verdict_lines(summary)
     for arm, data in summary.arms.items():
         lines += arm_lines(arm, data)
@@ -216,7 +240,7 @@ def render(summary: Summary, run_name: str, bundle_sha256: str | None = None) ->
         "`servediff verify RUN`; re-render: `servediff report RUN --format md|html|json`.",
         "",
     ]
-    return "\n".join(lines)
+    return "\n".join(blocks(lines))
 
 
 def probe_lines(summary: Summary) -> list[str]:
