@@ -156,3 +156,29 @@ def test_vllm_s_start_up_on_cuda_split_from_its_log():
         "model_load_gib": 0.2578, "torch_compile_s": 9.02, "kv_cache_gib": 40.95,
         "graph_capture_s": 16.0, "graph_capture_gib": 0.45, "engine_init_s": 145.5}
     assert adapter.capacity_from_log(log)["kv_tokens"] == 1789104
+
+
+def test_vllm_s_batch_invariant_start_on_cuda_split_from_its_log():
+    # lines of VLLM_BATCH_INVARIANT=1 on an H100 (docs/validation, vLLM 0.26.0): its
+    # torch.compile line has another form, and it saves no AOT function; the kernel
+    # warm-up runs FlashInfer's autotuner and finds nothing to tune
+    log = "\n".join([
+        "(EngineCore pid=5824) INFO 12-06 19:36:05 [backends.py:378] Cache the graph of "
+        "compile range (1, 8192) for later use",
+        "(EngineCore pid=5824) INFO 12-06 19:36:42 [backends.py:393] Compiling a graph for "
+        "compile range (1, 8192) takes 42.78 s",
+        "(EngineCore pid=5824) INFO 12-06 19:36:43 [monitor.py:53] torch.compile and "
+        "initial profiling/warmup run together took 51.78 s in total",
+        "(EngineCore pid=5824) 2026-12-06 19:36:45,372 - INFO - autotuner.py:651 - "
+        "flashinfer.jit: [Autotuner]: Autotuning process starts ...",
+        "(EngineCore pid=5824) 2026-12-06 19:36:45,405 - INFO - autotuner.py:674 - "
+        "flashinfer.jit: [Autotuner]: Autotuning process ends",
+        "(EngineCore pid=5824) WARNING 12-06 19:36:45 [kernel_warmup.py:258] No FlashInfer "
+        "autotune cache entries found.Falling back to default tactics.",
+    ])
+    assert VllmAdapter().startup_from_log(log) == {
+        "torch_compile_s": 51.78, "graph_compile_s": 42.78,
+        "compile_cache": "empty, compiled, not saved",
+        "flashinfer_autotune": "ran, no tuned entries: default tactics"}
+    tuned = log.replace("No FlashInfer autotune cache entries found.", "")
+    assert VllmAdapter().startup_from_log(tuned)["flashinfer_autotune"] == "ran"

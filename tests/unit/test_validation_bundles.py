@@ -642,3 +642,115 @@ def test_sglang_s_first_start_on_the_h200_compiles_flashinfer(tmp_path: Path):
     assert first.startup["graph_capture_s"]["target prefill"] > 200
     assert first.startup["logged_start_s"] > 250 and first.startup["weights_s"] < 1
     assert first.error is not None and "/tokenize: HTTP 500" in first.error
+
+
+def test_trained_smollm2_on_sglang_with_flashinfer_ships_deterministic(tmp_path: Path):
+    """h200-sglang-smollm2 (issue 43, bundle 3, one H100 80GB, one lease): the trained
+    SmolLM2-135M-Instruct in bf16, stock against `--enable-deterministic-inference`, 4
+    combined cold loads. Both arms are bit-identical across cold loads and within a load;
+    stock gives batch composition in greedy generations at concurrency 4 (512 and 2,048
+    tokens), deterministic does not, so it is what to ship. Its costs: decode at 4,096
+    tokens about half, and no prefix reuse (SGLang turns the radix cache off for
+    deterministic FlashInfer and says so). The KV pool and survival are the same in both
+    arms: each holds 8,185 tokens and gets HTTP 400 from 8,191 (the 8,192 context)."""
+    from servediff.engines.sglang import SglangAdapter
+
+    run, summary, evidence = _carried_sglang("h200-sglang-smollm2", "NVIDIA H100 80GB HBM3",
+                                             tmp_path)
+    assert summary.setup.loads == "combined"
+    factors = summary.factors
+    assert factors is not None
+    assert (factors.ship.arm, factors.ship.meets) == ("deterministic", True)
+    assert [c.topic for c in factors.ship.costs].count("speed") == 9
+    assert factors.ship.costs[-1].topic == "prefix"
+    drift = {a.arm: {d.regime: (d.moved, d.reproducible) for d in a.drift}
+             for a in factors.arms}
+    assert drift["baseline"] == {"across loads": (0, True), "within a load": (0, True),
+                                 "concurrency": (4, False)}
+    assert drift["deterministic"] == {"across loads": (0, True), "within a load": (0, True),
+                                      "concurrency": (0, True)}
+    (comparison,) = summary.comparisons
+    decode = {(s.prompt_tokens, s.concurrency): s for s in comparison.speed
+              if s.metric == "decode_tok_s"}
+    assert decode[(4096, 1)].verdict == "cost" and (decode[(4096, 1)].relative or 0) < -0.45
+    for arm in ("baseline", "deterministic"):
+        costs = summary.costs[arm]
+        assert costs.capacity.kv_tokens == 3040502
+        survival = costs.survival
+        assert survival is not None and survival.limit is not None
+        assert survival.context_length == 8192
+        assert survival.largest_ok_length == {"1": 8185, "4": 8185}
+        assert (survival.limit.survives, survival.limit.fails_from,
+                survival.limit.outcome) == (8185, 8191, "error")
+    cached = {arm: summary.costs[arm].prefix for arm in ("baseline", "deterministic")}
+    assert {arm: p.later_cached_tokens for arm, p in cached.items() if p} == {
+        "baseline": 2048, "deterministic": 0}
+    log = (run / "logs" / "deterministic-load1.log").read_text()
+    assert ("radix cache is not compatible with flashinfer attention backend for "
+            "deterministic inference") in log
+    assert SglangAdapter().startup_from_log(log)["radix_cache_off_by_sglang"] == "flashinfer"
+    # start-up: the lease's first start built FlashInfer's kernels for head_dim 64 in its
+    # prefill graph capture; deterministic's first start found them and built Triton's
+    launches = sorted((x for rec in evidence.loads for x in rec.launches
+                       if x.seconds_to_ready is not None), key=lambda x: x.started_at)
+    first, det_first, *later = launches
+    kept = {x.started_at: {c.env: c for c in x.caches} for x in launches}
+    assert kept[first.started_at]["FLASHINFER_WORKSPACE_BASE"].empty_at_start
+    assert first.startup["graph_capture_s"]["target prefill"] > 100
+    assert first.seconds_to_ready > 200 and first.startup["weights_s"] < 1
+    triton = kept[det_first.started_at]["TRITON_CACHE_DIR"]
+    assert "--enable-deterministic-inference" in det_first.command
+    assert (triton.bytes_after or 0) > 2 * (triton.bytes_at_start or 0) > 0
+    assert all(x.seconds_to_ready < 80 for x in later) and len(later) == 2
+
+
+def test_vllm_on_cuda_first_contact_the_seed_s_other_signature(tmp_path: Path):
+    """h200-vllm-signature, cut short (issue 44, one H100 80GB, 3 of its 8 combined cold
+    loads at the end of a lease): vLLM 0.26.0 with CUDA (FlashAttention, torch.compile,
+    CUDA graphs), the trained SmolLM2-135M in bf16. Within one load stock vLLM moves texts
+    with the scoring batch (2 of 16 at batch 8 against 1) and under concurrency from 2 in
+    flight; VLLM_BATCH_INVARIANT=1 is bit-identical everywhere it was measured;
+    --enforce-eager removes the batch-size drift and keeps concurrency drift at 2,048
+    tokens. vLLM's warm-up runs FlashInfer's autotuner, which finds nothing to tune."""
+    from servediff.engines.vllm import VllmAdapter
+
+    run = _committed("h200-vllm-signature", tmp_path)
+    _one_room(run)
+    summary = rederives(run)
+    evidence = read_evidence(run)
+    ready = [x for rec in evidence.loads for x in rec.launches if x.seconds_to_ready]
+    assert {(x.wheel_set or {}).get("wheel_set") for x in ready} == {"vllm-0.26.0"}
+    assert {g.name for c in evidence.cells for g in c.conditions.gpus} == {
+        "NVIDIA H100 80GB HBM3"}
+    assert sorted(r.arm for r in evidence.loads if r.launches[-1].seconds_to_ready) == [
+        "baseline", "batch_invariant", "eager"]
+    arms = summary.arms
+    batch = {arm: [(p.batch_size, p.moved) for p in arms[arm].batch_size]
+             for arm in ("baseline", "batch_invariant", "eager")}
+    assert batch == {"baseline": [(8, 2)], "batch_invariant": [(8, 0)], "eager": [(8, 0)]}
+
+    def drifting(arm: str) -> set[tuple[str, int]]:
+        conc = arms[arm].concurrency
+        assert conc is not None
+        return {(c.kind, c.length) for c in conc.table.cells if (c.distinct or 0) > 1}
+
+    assert drifting("baseline") == {("score", 512), ("score", 2048), ("generate", 2048)}
+    assert drifting("eager") == {("score", 2048), ("generate", 2048)}
+    assert drifting("batch_invariant") == set() and arms["batch_invariant"].signature.stable
+    assert all(p.moved == 0 for a in arms.values() for p in a.within_load)
+    pools = [summary.costs[arm].capacity.kv_tokens for arm in ("baseline", "batch_invariant",
+                                                                "eager")]
+    assert all(p and 1_070_000 < p < 1_090_000 for p in pools)
+    for arm in ("baseline", "batch_invariant", "eager"):
+        survival = summary.costs[arm].survival
+        assert survival is not None and survival.largest_ok_length["1"] == 8191
+    # start-up split from each log: torch.compile in the compiled arms, none in eager
+    said = {arm: VllmAdapter().startup_from_log((run / "logs" / f"{arm}-load1.log")
+                                                .read_text())
+            for arm in ("baseline", "batch_invariant", "eager")}
+    assert said["baseline"]["torch_compile_s"] == 22.11
+    assert said["batch_invariant"]["torch_compile_s"] == 51.78
+    assert "torch_compile_s" not in said["eager"]
+    assert {s["flashinfer_autotune"] for s in said.values()} == {
+        "ran, no tuned entries: default tactics"}
+    assert {s["attention_backend"] for s in said.values()} == {"FLASH_ATTN"}

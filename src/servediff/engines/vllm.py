@@ -57,11 +57,19 @@ PHASES = {
     "weights_s": re.compile(r"Loading weights took ([\d.]+) seconds"),
     "model_load_s": re.compile(r"Model loading took [\d.]+ GiB(?: memory)? and ([\d.]+) seconds"),
     "model_load_gib": re.compile(r"Model loading took ([\d.]+) GiB"),
-    "torch_compile_s": re.compile(r"torch\.compile took ([\d.]+) s in total"),
+    # VLLM_BATCH_INVARIANT=1 logs the second form (vLLM 0.26, CUDA)
+    "torch_compile_s": re.compile(r"torch\.compile (?:and initial profiling/warmup run "
+                                  r"together )?took ([\d.]+) s in total"),
+    "graph_compile_s": re.compile(r"Compiling a graph for compile range \([^)]*\) takes "
+                                  r"([\d.]+) s"),
     "graph_capture_s": re.compile(r"Graph capturing finished in ([\d.]+) secs"),
     "graph_capture_gib": re.compile(r"Graph capturing finished in [\d.]+ secs, took ([\d.]+) GiB"),
     "kv_cache_gib": re.compile(r"Available KV cache memory: ([\d.]+) GiB"),
 }
+COMPILED_LINE = re.compile(r"Compiling a graph for compile range")
+# vLLM's kernel warm-up runs FlashInfer's autotuner, and says when it had nothing to tune
+AUTOTUNE_LINE = re.compile(r"\[Autotuner\]: Autotuning process starts")
+AUTOTUNE_EMPTY = re.compile(r"No FlashInfer autotune cache entries found")
 ATTENTION_LINE = re.compile(r"Using (\w+) attention backend out of potential backends")
 
 
@@ -217,6 +225,11 @@ class VllmAdapter(CompletionsAdapter):
             out["compile_cache"] = "loaded"
         elif SAVED_LINE.search(log_text):
             out["compile_cache"] = "empty, compiled and saved"
+        elif COMPILED_LINE.search(log_text):
+            out["compile_cache"] = "empty, compiled, not saved"
+        if AUTOTUNE_LINE.search(log_text):
+            out["flashinfer_autotune"] = ("ran, no tuned entries: default tactics"
+                                          if AUTOTUNE_EMPTY.search(log_text) else "ran")
         return out
 
     def capacity_from_log(self, log_text: str) -> dict[str, Any]:

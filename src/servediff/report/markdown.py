@@ -95,7 +95,10 @@ def what_broke(summary: Summary) -> list[str]:
 def what_fixed_it(summary: Summary) -> list[str]:
     fixes = [text for p in summary.verdict.pairs if (text := words.fix_text(p))]
     if not fixes:
-        return ["## What fixed it", "", "No arm removed a drift that another arm showed.", ""]
+        # this section reads reload drift only; the other kinds' fixes are the attribution's
+        return ["## What fixed it", "", "No arm stopped a reload drift that another arm "
+                "showed (drift within a load, by batch and under concurrency: Which factor "
+                "changes what, where the plan has factors).", ""]
     return ["## What fixed it", "", *[f"- {f}." for f in fixes], ""]
 
 
