@@ -73,7 +73,8 @@ def test_fresh_loads_start_empty_and_shared_loads_reuse(tmp_path: Path):
     assert summary.arms["shared"].cache_policy == "shared"
     assert summary.setup.arms["shared"].cache_policy == "shared"
     report = (run / "report.md").read_text()
-    assert "Caches: every load started with new, empty JIT and autotune caches." in report
+    assert ("Caches: every load started with new, empty JIT and autotune caches, apart from "
+            "any the plan keeps") in report
     assert "the loads shared their JIT and autotune caches (a warm restart)" in report
     # the caches are not evidence: nothing under .jit is in the manifest
     manifest = json.loads((run / "manifest.json").read_text())["files"]

@@ -220,7 +220,10 @@ def caches_text(drift: ArmDrift) -> str:
         return ""
     if policy == "fresh":
         empty = drift.caches_empty_at_start
-        return ("every load started with new, empty JIT and autotune caches"
+        # a cache the plan keeps (compiled code: launch.keep_caches) is left out of the
+        # policy; the summary does not say which, the load records do
+        return ("every load started with new, empty JIT and autotune caches, apart from "
+                "any the plan keeps (launch.keep_caches, named in each load's record)"
                 + ("" if all(e is not False for e in empty) else
                    "; but at least one cache was not empty at start"))
     stable = drift.signature.stable
