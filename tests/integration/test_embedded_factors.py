@@ -47,6 +47,9 @@ cost_loads_per_arm = 1
 device = "cpu"
 dtype = "float32"
 max_model_len = 1024
+# two requests sent together must reach one batch on a busy 2-core machine too: at the
+# default 5 ms window the second one sometimes came after the first had started alone
+batch_window_ms = 500
 [factors.serial]
 options = { max_batch = 1 }
 [factors.eager]

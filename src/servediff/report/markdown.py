@@ -26,14 +26,24 @@ def _block(line: str) -> str:
     return "other"
 
 
+def _apart(before: str, line: str) -> bool:
+    """Whether two adjacent lines need a blank line between them: a line of text after
+    any line (else CommonMark folds it into the paragraph or list item above), a table
+    after anything but its own rows, a list after a table. A list may follow text
+    directly: a bullet list interrupts a paragraph."""
+    kind, prior = _block(line), _block(before)
+    if kind == "other":
+        return True
+    return kind != prior and not (kind == "item" and prior == "other")
+
+
 def blocks(lines: list[str]) -> list[str]:
-    """The report's lines as Markdown blocks: a blank line between two lines unless both
-    are items of one list or rows of one table, so that every Markdown renderer (GitHub,
-    report.html) shows each other line as a paragraph of its own, as the report means."""
+    """The report's lines as Markdown blocks, so that every Markdown renderer (GitHub,
+    report.html) shows each line of text as a paragraph of its own, as the report
+    means."""
     out: list[str] = []
     for line in (part for entry in lines for part in entry.split("\n")):
-        if out and out[-1].strip() and line.strip() and (
-                _block(line) == "other" or _block(line) != _block(out[-1])):
+        if out and out[-1].strip() and line.strip() and _apart(out[-1], line):
             out.append("")
         out.append(line)
     return out
