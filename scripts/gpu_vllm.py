@@ -12,6 +12,8 @@ by transformers), served in bf16. The arms come from two factors on vLLM as it c
 (FlashAttention 3, torch.compile, CUDA graphs):
 - `batch_invariant`: VLLM_BATCH_INVARIANT=1, vLLM's batch-invariant kernels;
 - `eager`: --enforce-eager (no torch.compile, no CUDA graphs).
+`h200-vllm-batch-invariant` is the first factor alone (2 arms, 4 starts), for a lease
+too short for both.
 2 combined cold loads per arm (A B B A), on one machine, each running the drift probes
 and then the cost probes: 8 starts where separate drift and cost loads take 16. The drift
 probes score, repeat and re-batch the corpus, send identical requests at 1, 2, 4 and 8 in
@@ -70,12 +72,20 @@ def launch(device: str) -> str:
 
 
 def plans(device: str, model: Path) -> list[tuple[str, str]]:
+    return [(name, plan(name, device, model, eager)) for name, eager in (
+        ("h200-vllm-signature", True),
+        # the batch-invariant factor alone: 4 cold starts where both factors take 8, for a
+        # lease too short for the whole plan
+        ("h200-vllm-batch-invariant", False))]
+
+
+def plan(name: str, device: str, model: Path, eager: bool) -> str:
     gpu = device == "cuda"
-    signature = (
-        f'name = "h200-vllm-signature"\nengine = "vllm"\nmodel = "{model}"\n'
+    return (
+        f'name = "{name}"\nengine = "vllm"\nmodel = "{model}"\n'
         'loads_per_arm = 2\ncost_loads_per_arm = 2\nloads = "combined"\n' + launch(device)
         + '[factors.batch_invariant]\nenv = { VLLM_BATCH_INVARIANT = "1" }\n'
-        + '[factors.eager]\nargs = ["--enforce-eager"]\n'
+        + ('[factors.eager]\nargs = ["--enforce-eager"]\n' if eager else "")
         + f"[corpus]\nmax_texts = {16 if gpu else 4}\n"
         + "[probes.repeat]\ncount = 1\nbatch_sizes = [8]\n"
         + f"[probes.concurrency]\nlengths = [512, {2048 if gpu else 1024}]\n"
@@ -87,7 +97,6 @@ def plans(device: str, model: Path) -> list[tuple[str, str]]:
         + "resolution = 16\n"
         + f"[probes.prefix]\nprefix_tokens = {2048 if gpu else 512}\n"
         + "question_tokens = 32\nrequests = 3\n" + QUIET)
-    return [("h200-vllm-signature", signature)]
 
 
 def main() -> None:
