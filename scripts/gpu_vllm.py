@@ -72,29 +72,35 @@ def launch(device: str) -> str:
 
 
 def plans(device: str, model: Path) -> list[tuple[str, str]]:
-    return [(name, plan(name, device, model, eager)) for name, eager in (
+    return [(name, plan(name, device, model, full)) for name, full in (
         ("h200-vllm-signature", True),
-        # the batch-invariant factor alone: 4 cold starts where both factors take 8, for a
-        # lease too short for the whole plan
+        # the batch-invariant factor alone, for a lease too short for the whole plan: 4 cold
+        # starts where both factors take 8, torch.compile's cache shared between the loads
+        # of an arm (vLLM's own default keeps it in ~/.cache/vllm), the sweep at one level,
+        # 2 speed replicates
         ("h200-vllm-batch-invariant", False))]
 
 
-def plan(name: str, device: str, model: Path, eager: bool) -> str:
+def plan(name: str, device: str, model: Path, full: bool) -> str:
     gpu = device == "cuda"
+    served = launch(device)
+    if not full:
+        served = served.replace("[launch]\n", '[launch]\ncache_policy = "shared"\n')
     return (
         f'name = "{name}"\nengine = "vllm"\nmodel = "{model}"\n'
-        'loads_per_arm = 2\ncost_loads_per_arm = 2\nloads = "combined"\n' + launch(device)
+        'loads_per_arm = 2\ncost_loads_per_arm = 2\nloads = "combined"\n' + served
         + '[factors.batch_invariant]\nenv = { VLLM_BATCH_INVARIANT = "1" }\n'
-        + ('[factors.eager]\nargs = ["--enforce-eager"]\n' if eager else "")
+        + ('[factors.eager]\nargs = ["--enforce-eager"]\n' if full else "")
         + f"[corpus]\nmax_texts = {16 if gpu else 4}\n"
         + "[probes.repeat]\ncount = 1\nbatch_sizes = [8]\n"
         + f"[probes.concurrency]\nlengths = [512, {2048 if gpu else 1024}]\n"
         + "levels = [1, 2, 4, 8]\nrequests = 8\nmax_tokens = 16\n"
         + "[probes.generate]\ntexts = 4\nmax_tokens = 32\n"
         + f"[probes.speed]\nprompt_tokens = [512, {4096 if gpu else 1024}]\n"
-        + 'max_tokens = 64\nreplicates = 3\nlevels = [1, 8]\nmode = "steady"\n'
-        + f"[probes.sweep]\nstart = {1024 if gpu else 256}\nlevels = [1, 4]\n"
-        + "resolution = 16\n"
+        + f'max_tokens = 64\nreplicates = {3 if full else 2}\nlevels = [1, 8]\n'
+        + 'mode = "steady"\n'
+        + f"[probes.sweep]\nstart = {1024 if gpu else 256}\n"
+        + f"levels = {[1, 4] if full else [1]}\nresolution = 16\n"
         + f"[probes.prefix]\nprefix_tokens = {2048 if gpu else 512}\n"
         + "question_tokens = 32\nrequests = 3\n" + QUIET)
 
