@@ -146,12 +146,13 @@ def test_llama_server_cost_protocol(tmp_path: Path, llama_server: Path):
     cost = json.loads((run / "loads" / "np2-cost1.json").read_text())["launches"][0]
     assert cost["cache_isolation"].startswith("cache_prompt left to the server's default")
     assert summary["costs"]["np2"]["capacity"]["kv_tokens"] == 2048
-    assert summary["costs"]["np2"]["prefix"]["cached_reported"] is True
+    reuse = summary["probe_findings"]["prefix"]["arms"]["np2"]
+    assert reuse["cached_reported"] is True
     # the prompt cache is on in this cost load (the server's default), and llama-server
     # reports what it reused: every sweep prompt got 0 cached tokens, the prefix probe's
     # first request too, and its later ones reused the shared prefix
     sweep = json.loads((run / "cells" / "np2-cost1-sweep.json").read_text())["sweep"]
     answered = [c for p in sweep if p["outcome"] == "ok" for c in p["cached_tokens"]]
     assert answered and all(c == 0 for c in answered)
-    (prefix,) = summary["costs"]["np2"]["prefix"]["loads"]
+    (prefix,) = reuse["loads"]
     assert prefix["first_cached_tokens"] == 0 and prefix["later_cached_tokens"] > 0

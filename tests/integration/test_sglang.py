@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.claims import prefix_of
 from tests.integration.engines import (
     TAGS,
     assert_all_stopped,
@@ -97,7 +98,7 @@ def test_sglang_costs_prefix_reuse_and_survival(sglang_run: Path):
         (cost,) = launches(sglang_run, f"{arm}-cost1")
         assert cost["capacity"]["kv_tokens"] == (1 << 30) // 46080
         assert cost["capacity"]["radix_cache"] is (arm == "stock")
-    prefix = {arm: summary.costs[arm].prefix for arm in ("stock", "noradix")}
+    prefix = {arm: prefix_of(summary, arm) for arm in ("stock", "noradix")}
     assert prefix["stock"] and prefix["noradix"]
     assert (prefix["stock"].later_cached_tokens or 0) > 0
     assert prefix["noradix"].later_cached_tokens == 0

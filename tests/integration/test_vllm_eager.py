@@ -105,7 +105,7 @@ def test_vllm_cost_protocol(vllm_eager_run: Path):
     assert "--no-enable-prefix-caching" not in cost["command"]
     assert summary["costs"]["eager"]["capacity"]["kv_tokens"] > 0
     # vLLM's prefix cache is on by default: later requests reuse the shared prefix
-    assert summary["costs"]["eager"]["prefix"]["later_cached_tokens"] > 0
+    assert summary["probe_findings"]["prefix"]["arms"]["eager"]["later_cached_tokens"] > 0
     # steady mode: every replicate streamed 4 requests of exactly 8 tokens, timed per token
     cell = json.loads((run / "cells" / "eager-cost1-speed.json").read_text())
     samples = [s for s in cell["speed"] if s["status"] == "ok"]

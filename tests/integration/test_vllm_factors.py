@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from servediff.report.ship import ship_lines
+from tests.claims import prefix_of
 from tests.integration.engines import (
     MARK_BUSY,
     assert_all_stopped,
@@ -81,17 +82,19 @@ def test_prefix_loss_is_no_prefix_alone_and_the_kv_cut_small_kv_alone(factors_ru
         assert launch["capacity"]["prefix_caching"] is ("no_prefix" not in arm), arm
         cell = json.loads((run / "cells" / f"{arm}-cost1-prefix.json").read_text())
         assert (cell["load"], cell["phase"], cell["launch"]) == (1, "cost", 1)
-        prefix = costs[arm].prefix
+        prefix = prefix_of(summary, arm)
         assert prefix is not None and prefix.later_cached_tokens is not None
         assert (prefix.later_cached_tokens > 0) is ("no_prefix" not in arm), arm
-    effects = {(x.factor, x.property.topic, x.property.what): x
+    effects = {(x.factor, x.property.topic, x.property.what or x.property.probe): x
                for x in summary.factors.attribution}
-    for factor, topic, what in (("no_prefix", "prefix", None), ("small_kv", "capacity", "kv")):
+    for factor, topic, what in (("no_prefix", "probe", "prefix"),
+                                ("small_kv", "capacity", "kv")):
         found = effects[factor, topic, what]
         assert found.effect == "always", found
         assert [c.changed for c in found.contrasts] == [True, True]
         assert found.claims and all(c.kind == "cost" for c in found.claims)
-    for factor, topic, what in (("small_kv", "prefix", None), ("no_prefix", "capacity", "kv")):
+    for factor, topic, what in (("small_kv", "probe", "prefix"),
+                                ("no_prefix", "capacity", "kv")):
         found = effects[factor, topic, what]
         assert found.effect == "never", found
         assert [c.changed for c in found.contrasts] == [False, False]

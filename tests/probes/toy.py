@@ -15,16 +15,16 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from servediff.bundle import Layout
 from servediff.errors import EngineError
 from servediff.evidence import Cell
 from servediff.plan import Plan
-from servediff.probes.base import Probe, ProbeClaim, Work
+from servediff.probes.base import Probe, ProbeClaim, ProbeFinding, Work
 from servediff.probes.settings import ProbeSettings
 from servediff.schedule import CellSpec
 
@@ -45,14 +45,14 @@ class TokenizeSettings(ProbeSettings):
     requests: Annotated[int, Field(ge=1, le=100)] = 3
 
 
-class ArmTokenize(BaseModel):
+class ArmTokenize(ProbeFinding):
     requests: int
     errors: int
     distinct: int
     cells: list[str]
 
 
-class TokenizeFinding(BaseModel):
+class TokenizeFinding(ProbeFinding):
     arms: dict[str, ArmTokenize]
 
 
@@ -61,6 +61,7 @@ class Tokenize(Probe[TokenizeSettings]):
     names = ("tokenize",)
     description = "one text tokenized again and again: does the engine's tokenizer answer alike?"
     title = "tokenizer answers to one text, repeated"
+    finding = TokenizeFinding
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         return [CellSpec(arm, load, "tokenize", 0)] if self.enabled(plan) else []
@@ -100,8 +101,7 @@ class Tokenize(Probe[TokenizeSettings]):
                     cells=[Layout.cell_ref(c.name) for c in mine])
         return TokenizeFinding(arms=arms) if arms else None
 
-    def compare(self, finding: Mapping[str, Any], baseline: str, arm: str
-                ) -> list[ProbeClaim]:
+    def compare(self, finding: ProbeFinding, baseline: str, arm: str) -> list[ProbeClaim]:
         found = TokenizeFinding.model_validate(finding)
         a, b = found.arms.get(baseline), found.arms.get(arm)
         if a is None or b is None:
@@ -113,7 +113,7 @@ class Tokenize(Probe[TokenizeSettings]):
             f"`{arm}` gave {b.distinct} distinct tokenization(s) of one text over "
             f"{b.requests} request(s), `{baseline}` {a.distinct}"), evidence=[*a.cells, *b.cells])]
 
-    def report(self, finding: Mapping[str, Any]) -> list[str]:
+    def report(self, finding: ProbeFinding) -> list[str]:
         found = TokenizeFinding.model_validate(finding)
         return [f"- `{arm}`: {a.distinct} distinct tokenization(s) over {a.requests} "
                 f"request(s), {a.errors} error(s)" for arm, a in found.arms.items()]

@@ -31,11 +31,13 @@ from servediff.plan import Plan, lock, resolve_plan
 from servediff.report import ship as ship_words
 from servediff.report.table import fmt_nll, run_view
 from servediff.runner import Runner, SilentObserver
+from tests.claims import claim_topic
 from tests.engines import fake
 from tests.engines.fake import FakeEngine, FakeLauncher
 from tests.unit.test_runner import TEXTS, model_folder
 
 DIES_ABOVE = 1500
+
 
 
 def factor_plan(tmp_path: Path, **extra: object) -> Plan:
@@ -220,11 +222,12 @@ def test_the_case_ship_autotune_off_deterministic_is_not_needed_and_costs_three_
     assert [a.arm for a in summary.factors.arms if a.meets] == [
         "autotune_off", "autotune_off+deterministic"]
 
-    effects = {(x.factor, x.property.topic, x.property.regime or x.property.what): x
+    effects = {(x.factor, x.property.topic,
+                x.property.regime or x.property.what or x.property.probe): x
                for x in summary.factors.attribution}
     assert effects["autotune_off", "drift", "across loads"].effect == "always"
     assert effects["deterministic", "drift", "across loads"].effect == "never"
-    for topic, what in (("survival", None), ("capacity", "kv"), ("prefix", None)):
+    for topic, what in (("survival", None), ("capacity", "kv"), ("probe", "prefix")):
         assert effects["deterministic", topic, what].effect == "always"
         assert effects["autotune_off", topic, what].effect == "never"
     assert effects["autotune_off", "startup", None].effect == "never"
@@ -235,7 +238,7 @@ def test_the_case_ship_autotune_off_deterministic_is_not_needed_and_costs_three_
     (left,) = ship.left_out
     assert (left.factor, left.arm, left.against) == (
         "deterministic", "autotune_off+deterministic", "autotune_off")
-    assert sorted(c.topic for c in left.costs) == ["capacity", "prefix", "survival failure"]
+    assert sorted(map(claim_topic, left.costs)) == ["capacity", "prefix", "survival failure"]
     death = next(c for c in left.costs if isinstance(c, FailureClaim))
     assert death.point.outcome == "death" and death.limit is not None
     # the bisection found the fault front within the resolution
@@ -288,7 +291,7 @@ def test_a_factor_the_criterion_does_not_need_is_kept_for_severe_costs_only(
     (kept,) = ship.kept
     assert (kept.factor, kept.arm, kept.against) == (
         "triton", "deterministic", "deterministic+triton")
-    assert {c.topic for c in kept.costs} == {"survival failure", "prefix"}
+    assert set(map(claim_topic, kept.costs)) == {"survival failure", "prefix"}
     assert text[0].startswith("Ship `deterministic+triton`: of the arms that are "
                               "bit-identical")
     assert any(line.startswith("`triton`: not needed for reproducibility here, kept for "

@@ -133,6 +133,10 @@ def test_tampered_lock_is_detected(write, tmp_path: Path):
          "[arms.a]\n", "unknown placeholder {modle}"),
         ('engine = "llamacpp"\nmodel = "smollm2"\n[arms.a]\noptions = { concurrency = 0 }\n',
          "arms.a.options.concurrency"),
+        # the speed probe's own check (probes/speed.py): the embedded engine does not stream
+        ('engine = "transformers"\nmodel = "smollm2"\n[arms.a]\n[probes.speed]\n'
+         'mode = "steady"\n', 'probes.speed.mode: "steady" needs streamed tokens, and engine '
+         "'transformers' does not stream"),
     ],
 )
 def test_engine_specific_plan_errors(write, body, expected):

@@ -25,6 +25,7 @@ from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence, verify
 from servediff.cli import main
 from servediff.report.words import claim_text, signature_text
+from tests.claims import claim_topic, prefix_of
 from tests.fixtures.bundles import launch_spans, overlapping
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,7 +229,8 @@ def rederives(run: Path) -> Summary:
     """The run's summary re-derived: equal to summary.json where that is in today's schema,
     and holding every value of an older one at the same place (what `rederive` checks)."""
     stored = json.loads((run / "summary.json").read_text())
-    assert stored["schema_version"] in (3, 4, 5, 8, 9, 10, 12, 13, 14, SUMMARY_SCHEMA_VERSION)
+    assert stored["schema_version"] in (3, 4, 5, 8, 9, 10, 12, 13, 14, 16,
+                                        SUMMARY_SCHEMA_VERSION)
     summary = summarize(read_evidence(run))
     assert differences(stored, json.loads(summary.model_dump_json()), limit=0)[1] == []
     return summary
@@ -512,7 +514,8 @@ def test_sglang_with_flashinfer_on_the_h200_the_seed_s_pair(tmp_path: Path):
     assert survival is not None and survival.context_length == 16384
     held = [p.length for p in survival.points if p.level == 1 and p.outcome == "ok"]
     assert max(held) == 16377
-    assert baseline.prefix is not None and baseline.prefix.later_cached_tokens == 4096
+    reuse = prefix_of(summary, "baseline")
+    assert reuse is not None and reuse.later_cached_tokens == 4096
     # start-up split as SGLang logged it: weights in a fraction of a second, the CUDA
     # graphs in seconds with FlashInfer's JIT builds kept from the lease's first start
     startup = [x.startup for x in launches if x.seconds_to_ready is not None]
@@ -584,7 +587,7 @@ def test_the_seed_s_factor_plan_on_the_h200_ships_deterministic_on_triton(tmp_pa
     (kept,) = ship.kept
     assert (kept.factor, kept.arm, kept.against) == (
         "triton", "deterministic", "deterministic+triton")
-    assert [c.topic for c in kept.costs][:2] == ["survival failure", "prefix"]
+    assert [claim_topic(c) for c in kept.costs][:2] == ["survival failure", "prefix"]
     for arm in factors.arms:
         drift = {d.regime: d for d in arm.drift}
         assert drift["across loads"].moved == drift["within a load"].moved == 0
@@ -608,7 +611,7 @@ def test_the_seed_s_factor_plan_on_the_h200_ships_deterministic_on_triton(tmp_pa
     (det_load,) = [r for r in evidence.loads if (r.arm, r.load) == ("deterministic", 1)]
     assert sum("death at" in (x.error or "") for x in det_load.launches) == 6
     # SGLang turns the radix cache off for deterministic FlashInfer, not on Triton
-    cached = {arm: summary.costs[arm].prefix for arm in arms}
+    cached = {arm: prefix_of(summary, arm) for arm in arms}
     assert {arm: p.later_cached_tokens for arm, p in cached.items() if p} == {
         "baseline": 4096, "deterministic": 0, "triton": 4096, "deterministic+triton": 4096}
     adapter = SglangAdapter()
@@ -662,7 +665,7 @@ def test_trained_smollm2_on_sglang_with_flashinfer_ships_deterministic(tmp_path:
     assert factors is not None
     assert (factors.ship.arm, factors.ship.meets) == ("deterministic", True)
     assert [c.topic for c in factors.ship.costs].count("speed") == 9
-    assert factors.ship.costs[-1].topic == "prefix"
+    assert claim_topic(factors.ship.costs[-1]) == "prefix"
     drift = {a.arm: {d.regime: (d.moved, d.reproducible) for d in a.drift}
              for a in factors.arms}
     assert drift["baseline"] == {"across loads": (0, True), "within a load": (0, True),
@@ -682,7 +685,7 @@ def test_trained_smollm2_on_sglang_with_flashinfer_ships_deterministic(tmp_path:
         assert survival.largest_ok_length == {"1": 8185, "4": 8185}
         assert (survival.limit.survives, survival.limit.fails_from,
                 survival.limit.outcome) == (8185, 8191, "error")
-    cached = {arm: summary.costs[arm].prefix for arm in ("baseline", "deterministic")}
+    cached = {arm: prefix_of(summary, arm) for arm in ("baseline", "deterministic")}
     assert {arm: p.later_cached_tokens for arm, p in cached.items() if p} == {
         "baseline": 2048, "deterministic": 0}
     log = (run / "logs" / "deterministic-load1.log").read_text()

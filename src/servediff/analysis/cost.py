@@ -1,4 +1,4 @@
-"""Analysis of the cost probes: speed with noise bands, survival, capacity, prefix reuse.
+"""Analysis of the cost probes: speed with noise bands, survival, capacity, start-up.
 
 Pure functions of cost cells and load records. Noise bands are bootstrap
 intervals with a fixed seed, so `servediff rederive` prints the same band the
@@ -28,8 +28,6 @@ from servediff.analysis.findings import (
     Limit,
     Metric,
     MetricStats,
-    Prefix,
-    PrefixLoad,
     Speed,
     SpeedAtLength,
     SpeedComparison,
@@ -44,7 +42,6 @@ from servediff.analysis.stats import stable
 from servediff.bundle import Evidence, Layout
 from servediff.evidence import Cell, Launch, SweepPoint
 from servediff.plan import QuietSpec
-from servediff.probes.prefix import PrefixProbe
 from servediff.probes.speed import SpeedProbe
 from servediff.probes.sweep import SweepProbe, SweepSettings, bracket, failed
 from servediff.schedule import cost_runs
@@ -312,38 +309,6 @@ def capacity_arm(evidence: Evidence, arm: str) -> Capacity:
                                                                for x in rec.launches)}))
 
 
-def prefix_arm(cells: Sequence[Cell]) -> Prefix | None:
-    mine = sorted((c for c in cells if c.probe in PrefixProbe.names), key=lambda c: c.load)
-    if not mine:
-        return None
-    loads: list[PrefixLoad] = []
-    for cell in mine:
-        ok = [s for s in cell.prefix if s.status == "ok"]
-        if not ok:
-            loads.append(PrefixLoad(load=cell.load, ok=0))
-            continue
-        first, later = ok[0], ok[1:]
-        cached = [s.cached_tokens for s in later if s.cached_tokens is not None]
-        ttfts = [s.ttft_s for s in later if s.ttft_s is not None]
-        loads.append(PrefixLoad(
-            load=cell.load, ok=len(ok), prompt_tokens=first.prompt_tokens,
-            first_ttft_s=first.ttft_s, first_cached_tokens=first.cached_tokens,
-            later_ttft_s=statistics.median(ttfts) if ttfts else None,
-            later_cached_tokens=min(cached) if cached else None, cached_reported=bool(cached)))
-    good = [x for x in loads if x.later_ttft_s is not None]
-    ratio = [x.first_ttft_s / x.later_ttft_s for x in good
-             if x.later_ttft_s and x.first_ttft_s is not None]
-    cached = [x.later_cached_tokens for x in loads if x.later_cached_tokens is not None]
-    return Prefix(loads=loads, cells=[Layout.cell_ref(c.name) for c in mine],
-                  prompt_tokens=loads[0].prompt_tokens,
-                  later_cached_tokens=min(cached) if cached else None,
-                  cached_reported=bool(cached),
-                  first_over_later_ttft=statistics.median(ratio) if ratio else None,
-                  later_ttft_s=statistics.median(x.later_ttft_s for x in good
-                                                 if x.later_ttft_s is not None)
-                  if good else None)
-
-
 def startup_arm(evidence: Evidence, arm: str) -> Startup:
     timed = [launch for rec in evidence.loads if rec.arm == arm
              for launch in rec.launches if launch.seconds_to_ready is not None]
@@ -372,7 +337,7 @@ def summarize_costs(evidence: Evidence, by_arm: Mapping[str, list[Cell]]
     return {arm: ArmCosts(speed=speed_arm(by_arm[arm], launches, evidence.plan.quiet),
                           survival=survival_arm(by_arm[arm], partial[arm],
                                                 evidence.plan.probes.get(SweepSettings)),
-                          capacity=capacity_arm(evidence, arm), prefix=prefix_arm(by_arm[arm]),
+                          capacity=capacity_arm(evidence, arm),
                           startup=startup_arm(evidence, arm)) for arm in evidence.arms}
 
 

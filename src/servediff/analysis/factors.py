@@ -4,7 +4,8 @@ A plan's `[factors]` become arms (servediff.design): the full factorial up to th
 factors, else a fraction of it (analysis.screening reads those). Two arms that differ in one factor
 only are a contrast of that factor. For each property measured per arm (drift
 in each regime, whether it starts, survival per level, KV capacity and slots,
-prefix reuse, start-up, speed per length, level and metric) a contrast says
+start-up, speed per length, level and metric, and what each probe with a finding of
+its own compares) a contrast says
 whether the factor changed it, from the same comparisons the verdict makes
 (a speed or start-up difference inside its noise band is no change). A factor
 changes a property always (every contrast), only together with other factors
@@ -13,7 +14,7 @@ changes a property always (every contrast), only together with other factors
 What to ship is, of the arms that meet the plan's criterion (`ship.require`:
 no text moved across loads, within a load, under concurrency), the one with the
 fewest severe costs against the baseline (did not start, died or failed on a
-prompt, lost prefix reuse, a tenth of the KV pool), then the fewest factors,
+prompt, a tenth of the KV pool, or a cost a probe marks severe), then the fewest factors,
 then the fewest other costs: a factor that the criterion does not need is kept
 when the arm without it has more severe costs (the seed's case: deterministic
 inference is reproducible on FlashInfer and on Triton, and only on FlashInfer
@@ -25,8 +26,6 @@ it keeps only for its costs with the costs of the arm without it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-
-from pydantic import JsonValue
 
 from servediff.analysis import cost, effects, screening, verdict
 from servediff.analysis.findings import (
@@ -44,7 +43,7 @@ from servediff.analysis.findings import (
     Factors,
     FailureClaim,
     LeftOut,
-    PrefixClaim,
+    ProbeFindingClaim,
     Property,
     RegimeDrift,
     Ship,
@@ -54,16 +53,16 @@ from servediff.analysis.findings import (
 from servediff.design import Design, aliases_of
 from servediff.evidence import Cell
 from servediff.plan import BASELINE, REGIMES, Plan, Regime, arm_name
+from servediff.probes.base import ProbeFinding
 
 DRIFT_KINDS: dict[Regime, tuple[DriftKind, ...]] = {
     "across loads": ("across-load",),
     "within a load": ("within-load", "non-deterministic alone", "cache-dependent"),
     "concurrency": ("batch-composition",),
 }
-TOPIC_ORDER = ("drift", "starts", "survival", "capacity", "prefix", "startup", "speed",
-               "probe")
+TOPIC_ORDER = ("drift", "starts", "survival", "capacity", "startup", "speed", "probe")
 # the findings of probes with an analysis of their own, by section (Summary.probe_findings)
-Found = Mapping[str, Mapping[str, JsonValue]]
+Found = Mapping[str, ProbeFinding]
 
 
 def regime_drift(drift: ArmDrift | None, regime: Regime) -> RegimeDrift:
@@ -146,11 +145,7 @@ def contrast_properties(a: str, b: str, arms: Mapping[str, FactorArm],
         out.append((Property(topic="capacity", what=what),  # type: ignore[arg-type]
                     va != vb if va is not None and vb is not None else None, said))
     for c in claims:
-        if isinstance(c, PrefixClaim):
-            measured = c.cached_a is not None or c.cached_b is not None
-            out.append((Property(topic="prefix"),
-                        c.kind in ("cost", "gain") if measured else None, [c]))
-        elif isinstance(c, StartupClaim):
+        if isinstance(c, StartupClaim):
             out.append((Property(topic="startup"), _changed_kind(c.kind), [c]))
         elif isinstance(c, SpeedClaim):
             row = c.comparison
@@ -158,10 +153,10 @@ def contrast_properties(a: str, b: str, arms: Mapping[str, FactorArm],
                                  level=row.concurrency), _changed_kind(c.kind), [c]))
     probed = verdict.probe_claims(found, a, b)
     for section in found:
-        its: list[Claim] = [c for c in probed if c.probe == section]
-        judged = [changed for c in its if (changed := _changed_kind(c.kind)) is not None]
+        its = [c for c in probed if c.probe == section]
+        judged = [c.kind in ("cost", "gain") for c in its if c.compared]
         out.append((Property(topic="probe", probe=section),
-                    any(judged) if judged else None, its))
+                    any(judged) if judged else None, list[Claim](its)))
     return out
 
 
@@ -229,14 +224,16 @@ def pair_costs(a: str, b: str, costs: Mapping[str, ArmCosts], by_arm: Mapping[st
     return [c for c in claims if c.kind == "cost"]
 
 
-# Costs of what the server cannot do (start, hold a prompt, reuse a prefix, keep a tenth
-# more of its KV pool): they decide the answer before the number of factors does. A
-# speed or start-up cost only breaks a tie after it, since the noise rule passes some by
-# chance and a factor kept for one would make the answer follow the noise.
-SEVERE = ("refused", "survival", "survival failure", "prefix")
+# Costs of what the server cannot do (start, hold a prompt, keep a tenth more of its KV
+# pool, or what a probe marks so): they decide the answer before the number of factors
+# does. A speed or start-up cost only breaks a tie after it, since the noise rule passes
+# some by chance and a factor kept for one would make the answer follow the noise.
+SEVERE = ("refused", "survival", "survival failure")
 
 
 def severe(claim: Claim) -> bool:
+    if isinstance(claim, ProbeFindingClaim):
+        return claim.severe
     if isinstance(claim, CapacityClaim):
         a, b = claim.value_a, claim.value_b
         return a is not None and b is not None and b < 0.9 * a

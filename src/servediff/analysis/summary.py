@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pydantic import JsonValue
-
 from servediff import probes, room
 from servediff.analysis import cost, drift, factors, generation, stats, verdict
 from servediff.analysis.findings import ArmConditions, ArmCosts, Summary
 from servediff.bundle import Evidence
 from servediff.evidence import Cell, Conditions
 from servediff.plan import Plan
-from servediff.probes.base import Measured, Untested
+from servediff.probes.base import Measured, ProbeFinding, Untested
 
 
 def untested(plan: Plan, found: Measured, costs: Mapping[str, ArmCosts]
@@ -30,13 +28,13 @@ def untested(plan: Plan, found: Measured, costs: Mapping[str, ArmCosts]
     return out
 
 
-def probe_findings(plan: Plan, cells: Sequence[Cell]) -> dict[str, dict[str, JsonValue]]:
+def probe_findings(plan: Plan, cells: Sequence[Cell]) -> dict[str, ProbeFinding]:
     """What each probe with an analysis of its own derives from its cells."""
     out = {}
     for probe in probes.ordered():
         mine = [c for c in cells if c.probe in probe.names]
         if mine and (finding := probe.analyse(plan, mine)) is not None:
-            out[probe.section] = finding.model_dump(mode="json")
+            out[probe.section] = finding
     return out
 
 

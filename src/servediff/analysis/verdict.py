@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pydantic import JsonValue
-
 from servediff import probes
 from servediff.analysis.findings import (
     ArmCosts,
@@ -30,7 +28,6 @@ from servediff.analysis.findings import (
     FailureClaim,
     Fix,
     Pair,
-    PrefixClaim,
     ProbeFindingClaim,
     RefusedClaim,
     SignatureClaim,
@@ -45,6 +42,7 @@ from servediff.analysis.findings import (
 from servediff.bundle import Layout
 from servediff.evidence import cell_name
 from servediff.plan import Plan
+from servediff.probes.base import ProbeFinding
 from servediff.probes.concurrency import ConcurrencySettings
 from servediff.probes.speed import SpeedSettings
 
@@ -149,19 +147,6 @@ def survival_claim(arm: str, s: Survival) -> SurvivalClaim:
         limit=s.limit)
 
 
-def prefix_claims(a: str, b: str, costs: Mapping[str, ArmCosts]) -> list[Claim]:
-    pa, pb = costs[a].prefix, costs[b].prefix
-    if pa is None or pb is None:
-        return []
-    ca, cb = pa.later_cached_tokens, pb.later_cached_tokens
-    kind: ClaimKind = "note"
-    if ca is not None or cb is not None:
-        kind = "cost" if (ca or 0) > (cb or 0) else "gain" if (cb or 0) > (ca or 0) else "note"
-    return [PrefixClaim(kind=kind, evidence=[*pa.cells, *pb.cells], baseline=a, arm=b,
-                        prompt_tokens=pa.prompt_tokens, cached_a=ca, cached_b=cb,
-                        later_ttft_a=pa.later_ttft_s, later_ttft_b=pb.later_ttft_s)]
-
-
 def startup_claims(comparison: CostComparison) -> list[Claim]:
     c = comparison.startup
     if c is None:
@@ -171,7 +156,8 @@ def startup_claims(comparison: CostComparison) -> list[Claim]:
                          comparison=c)]
 
 
-def coverage(plan: Plan, costs: Mapping[str, ArmCosts]) -> Coverage:
+def coverage(plan: Plan, costs: Mapping[str, ArmCosts], found: Mapping[str, ProbeFinding]
+             ) -> Coverage:
     """The regime the cost claims cover."""
     speed = [c.speed for c in costs.values() if c.speed]
     sweeps = [c.survival for c in costs.values() if c.survival]
@@ -183,7 +169,7 @@ def coverage(plan: Plan, costs: Mapping[str, ArmCosts]) -> Coverage:
         sweep_top=max((p.length for s in sweeps for p in s.points if not p.beyond_context),
                       default=0) if sweeps else None,
         sweep_levels=sorted({lv for s in sweeps for lv in s.levels}),
-        prefix=any(c.prefix for c in costs.values()),
+        probes=[section for section in found if probes.by_section(section).coverage],
         capacity=any(c.capacity.reported for c in costs.values()),
         drift_levels=grid.levels if grid.enabled else [])
 
@@ -204,19 +190,19 @@ def refused_claims(base: str, other: str, refused: Mapping[str, DidNotStart]) ->
 
 
 def cost_claims(comparison: CostComparison, costs: Mapping[str, ArmCosts]) -> list[Claim]:
-    """The cost and survival claims of one pair of arms: speed, capacity, survival, prefix
-    reuse, start-up."""
+    """The cost and survival claims of one pair of arms: speed, capacity, survival,
+    start-up."""
     base, other = comparison.baseline, comparison.arm
     return [*speed_claims(comparison, costs), *capacity_claims(base, other, costs),
-            *survival_claims(base, other, costs), *prefix_claims(base, other, costs),
-            *startup_claims(comparison)]
+            *survival_claims(base, other, costs), *startup_claims(comparison)]
 
 
-def probe_claims(found: Mapping[str, Mapping[str, JsonValue]], base: str, other: str
+def probe_claims(found: Mapping[str, ProbeFinding], base: str, other: str
                  ) -> list[ProbeFindingClaim]:
     """What each probe with a finding of its own says of `other` against `base`."""
     return [ProbeFindingClaim(kind=c.kind, evidence=c.evidence, probe=section, baseline=base,
-                              arm=other, text=c.text)
+                              arm=other, text=c.text, regime=c.regime, severe=c.severe,
+                              compared=c.compared)
             for section, finding in found.items()
             for c in probes.by_section(section).compare(finding, base, other)]
 
@@ -225,11 +211,11 @@ def verdict(plan: Plan, arms: list[str], drift: Mapping[str, ArmDrift],
             costs: Mapping[str, ArmCosts], comparisons: list[CostComparison],
             untested: Mapping[str, object],
             refused: Mapping[str, DidNotStart] | None = None,
-            found: Mapping[str, Mapping[str, JsonValue]] | None = None) -> Verdict:
+            found: Mapping[str, ProbeFinding] | None = None) -> Verdict:
     """Claims per pair: each comparison's arm against its baseline (the first arm of its
     group, plan.comparisons; the verdict's baseline is the first group's). `found`: the
     findings of probes with an analysis of their own, by section."""
-    regime = coverage(plan, costs)
+    regime = coverage(plan, costs, found or {})
     not_tested = sorted(untested)
     pairs = []
     for comparison in comparisons:

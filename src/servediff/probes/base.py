@@ -12,9 +12,9 @@ summary, `servediff init` and the report ask it and never list the probes.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, ClassVar, Generic, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -57,6 +57,14 @@ class Untested(BaseModel):
     reason: Literal["disabled", "external endpoint", "no measurement", "not reported"]
 
 
+class ProbeFinding(BaseModel):
+    """The base of a probe's own finding (summary.json's `probe_findings`, under the probe's
+    section): a probe with one subclasses it, names the subclass as its `finding`, and
+    summary.json reads it back as that class."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
 class ProbeClaim(BaseModel):
     """What a probe with a finding of its own says about one arm against its baseline: a
     cost, a gain, within noise or a note, in the probe's own words, with the files behind
@@ -68,6 +76,15 @@ class ProbeClaim(BaseModel):
     kind: Literal["cost", "gain", "within noise", "note"]
     text: str
     evidence: list[str] = []
+    # the regime it covers, in words ("": it states none), shown beside it in the verdict
+    regime: str = ""
+    # what it compares is something the server can or cannot do (reuse a prefix, hold a
+    # prompt), not how fast: a cost of it weighs in What to ship before the number of
+    # factors does
+    severe: bool = False
+    # False: neither arm gave anything to compare (the factor attribution counts the
+    # property as not measured); True: a note says the two are the same
+    compared: bool = True
 
 
 S = TypeVar("S", bound=ProbeSettings)
@@ -84,6 +101,13 @@ class Probe(ABC, Generic[S]):
     names: ClassVar[tuple[str, ...]]
     description: ClassVar[str]
     title: ClassVar[str]
+    # What the factor attribution and What to ship call the property its claims compare
+    # (None: the title), and what the verdict's coverage line says it covered (None:
+    # nothing), where a finding of its own exists.
+    property_name: ClassVar[str | None] = None
+    coverage: ClassVar[str | None] = None
+    # The model of the finding `analyse` returns (None: the probe has none of its own).
+    finding: ClassVar[type[ProbeFinding] | None] = None
 
     @property
     def section(self) -> str:
@@ -141,16 +165,24 @@ class Probe(ABC, Generic[S]):
         say)."""
         return None
 
-    def analyse(self, plan: Plan, cells: Sequence[Cell]) -> BaseModel | None:
-        """This probe's own finding from its cells (None: it has none of its own)."""
+    def analyse(self, plan: Plan, cells: Sequence[Cell]) -> ProbeFinding | None:
+        """This probe's own finding from its cells, an instance of `finding` (None: it has
+        none of its own)."""
         return None
 
-    def report(self, finding: Mapping[str, Any]) -> list[str]:
-        """The report's lines (markdown) for the finding `analyse` returned, as stored."""
+    def read(self, stored: object) -> ProbeFinding:
+        """The finding as summary.json stores it, read back as this probe's `finding`."""
+        if self.finding is None:
+            raise ValueError(f"probe_findings.{self.section}: the probe {self.section!r} has "
+                             "no finding of its own")
+        return self.finding.model_validate(stored)
+
+    def report(self, finding: ProbeFinding) -> list[str]:
+        """The report's lines (markdown) for the finding `analyse` returned."""
         return []
 
-    def compare(self, finding: Mapping[str, Any], baseline: str, arm: str
-                ) -> list[ProbeClaim]:
-        """What the finding (as stored) says of `arm` against `baseline`, for the verdict
-        and What to ship (none: the finding stays in its own section of the report)."""
+    def compare(self, finding: ProbeFinding, baseline: str, arm: str) -> list[ProbeClaim]:
+        """What the finding says of `arm` against `baseline`, for the verdict, the factor
+        attribution and What to ship (none: the finding stays in its own section of the
+        report)."""
         return []

@@ -5,21 +5,30 @@ cached prompt tokens on every request after the first and answers them
 sooner. TTFT here is the latency of a one-token request, as in the speed
 probe. The shared prefix starts with a token no other prompt of the load
 starts with, so its first request finds nothing cached (prompts.py).
+
+Its finding (per arm: the cached tokens and TTFT of the later requests), its
+claim (reuse lost, gained or the same against the baseline) and their words
+are here too: it reaches the verdict, the factor attribution and What to ship
+through the door any probe has (probes/base.py).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
+from servediff.bundle import Layout
+from servediff.digits import cell as cell_text
+from servediff.digits import num3
 from servediff.errors import EngineError
-from servediff.evidence import PrefixSample
+from servediff.evidence import Cell, PrefixSample
 from servediff.plan import Plan
 from servediff.probes import prompts
-from servediff.probes.base import Probe, Work
+from servediff.probes.base import Probe, ProbeClaim, ProbeFinding, Work
 from servediff.probes.settings import ProbeSettings
 from servediff.schedule import CellSpec
 
@@ -47,6 +56,84 @@ def prefix_size(spec: PrefixSettings, context: int | None) -> int:
     return min(size, context - spec.question_tokens - 1) if context else size
 
 
+class PrefixLoad(ProbeFinding):
+    load: int
+    ok: int
+    prompt_tokens: int | None = None
+    first_ttft_s: float | None = None
+    first_cached_tokens: int | None = None
+    later_ttft_s: float | None = None
+    later_cached_tokens: int | None = None
+    cached_reported: bool | None = None
+
+
+class Prefix(ProbeFinding):
+    """One arm: each load's requests, and over the loads the fewest cached tokens a later
+    request got and the median TTFT of later requests."""
+
+    loads: list[PrefixLoad]
+    cells: list[str]
+    prompt_tokens: int | None
+    later_cached_tokens: int | None
+    cached_reported: bool
+    first_over_later_ttft: float | None
+    later_ttft_s: float | None
+
+
+class PrefixFinding(ProbeFinding):
+    arms: dict[str, Prefix]
+
+
+def prefix_arm(cells: Sequence[Cell]) -> Prefix:
+    mine = sorted(cells, key=lambda c: c.load)
+    loads: list[PrefixLoad] = []
+    for cell in mine:
+        ok = [s for s in cell.prefix if s.status == "ok"]
+        if not ok:
+            loads.append(PrefixLoad(load=cell.load, ok=0))
+            continue
+        first, later = ok[0], ok[1:]
+        cached = [s.cached_tokens for s in later if s.cached_tokens is not None]
+        ttfts = [s.ttft_s for s in later if s.ttft_s is not None]
+        loads.append(PrefixLoad(
+            load=cell.load, ok=len(ok), prompt_tokens=first.prompt_tokens,
+            first_ttft_s=first.ttft_s, first_cached_tokens=first.cached_tokens,
+            later_ttft_s=statistics.median(ttfts) if ttfts else None,
+            later_cached_tokens=min(cached) if cached else None, cached_reported=bool(cached)))
+    good = [x for x in loads if x.later_ttft_s is not None]
+    ratio = [x.first_ttft_s / x.later_ttft_s for x in good
+             if x.later_ttft_s and x.first_ttft_s is not None]
+    cached = [x.later_cached_tokens for x in loads if x.later_cached_tokens is not None]
+    return Prefix(loads=loads, cells=[Layout.cell_ref(c.name) for c in mine],
+                  prompt_tokens=loads[0].prompt_tokens,
+                  later_cached_tokens=min(cached) if cached else None,
+                  cached_reported=bool(cached),
+                  first_over_later_ttft=statistics.median(ratio) if ratio else None,
+                  later_ttft_s=statistics.median(x.later_ttft_s for x in good
+                                                 if x.later_ttft_s is not None)
+                  if good else None)
+
+
+def reuse_text(a: str, b: str, pa: Prefix, pb: Prefix,
+               kind: Literal["cost", "gain", "note"]) -> str:
+    """What arm b's reuse is against arm a's, in words."""
+    ca, cb = pa.later_cached_tokens, pb.later_cached_tokens
+    ta, tb = pa.later_ttft_s, pb.later_ttft_s
+    if ca is None and cb is None:
+        return (f"prefix reuse: neither arm reports cached tokens; TTFT of repeated requests "
+                f"`{a}` {num3(ta)} s vs `{b}` {num3(tb)} s")
+    ttft = (f"; TTFT of later requests {num3(tb)} s vs {num3(ta)} s"
+            + (f" ({tb / ta:.1f}x)" if ta and tb else ""))
+    tokens = pa.prompt_tokens or 0
+    if kind == "cost":
+        return (f"prefix reuse lost: a repeated {tokens:,}-token prompt gets {cb or 0:,} cached "
+                f"tokens under `{b}` vs {ca or 0:,} under `{a}`{ttft}")
+    if kind == "gain":
+        return (f"prefix reuse: {cb or 0:,} cached tokens under `{b}` vs {ca or 0:,} under "
+                f"`{a}`{ttft}")
+    return f"prefix reuse: the same under both arms ({ca} cached tokens){ttft}"
+
+
 class PrefixProbe(Probe[PrefixSettings]):
     """A long shared prefix, then different questions, one at a time."""
 
@@ -54,10 +141,12 @@ class PrefixProbe(Probe[PrefixSettings]):
     names = ("prefix",)
     description = "a shared prefix, then different questions: is it reused?"
     title = "prefix-cache reuse of a long shared system prompt"
+    property_name = "prefix reuse"
+    coverage = "a repeated shared prefix"
+    finding = PrefixFinding
 
     def protocol(self, spec: PrefixSettings) -> str | None:
         return f"prefix reuse over {spec.requests} requests"
-
 
     def cells(self, plan: Plan, arm: str, load: int) -> list[CellSpec]:
         return [CellSpec(arm, load, "prefix", 0, "cost")] if self.spec(plan).enabled else []
@@ -95,3 +184,39 @@ class PrefixProbe(Probe[PrefixSettings]):
                                                cached_tokens=got.cached_tokens))
             obs.cell_advanced(len(out.prefix))
         ctx.finish(out)
+
+    def analyse(self, plan: Plan, cells: Sequence[Cell]) -> PrefixFinding | None:
+        arms = {arm: prefix_arm(mine) for arm in plan.arms
+                if (mine := [c for c in cells if c.arm == arm])}
+        return PrefixFinding(arms=arms) if arms else None
+
+    def compare(self, finding: ProbeFinding, baseline: str, arm: str) -> list[ProbeClaim]:
+        """Reuse lost (a cost), gained or the same: by the fewest cached tokens a later
+        request got under each arm."""
+        found = PrefixFinding.model_validate(finding)
+        pa, pb = found.arms.get(baseline), found.arms.get(arm)
+        if pa is None or pb is None:
+            return []
+        ca, cb = pa.later_cached_tokens, pb.later_cached_tokens
+        compared = ca is not None or cb is not None
+        kind: Literal["cost", "gain", "note"] = (
+            "note" if not compared else "cost" if (ca or 0) > (cb or 0)
+            else "gain" if (cb or 0) > (ca or 0) else "note")
+        return [ProbeClaim(
+            kind=kind, text=reuse_text(baseline, arm, pa, pb, kind),
+            evidence=[*pa.cells, *pb.cells], severe=True, compared=compared,
+            regime=f"a shared prefix, {pa.prompt_tokens} prompt tokens per request, "
+                   "one at a time")]
+
+    def report(self, finding: ProbeFinding) -> list[str]:
+        found = PrefixFinding.model_validate(finding)
+        lines = ["Prefix reuse (a shared long prefix, then different questions, one at a "
+                 "time):", "",
+                 "| arm | prompt tokens | cached tokens, later requests | TTFT first / later |",
+                 "| --- | --- | --- | --- |"]
+        for arm, p in found.arms.items():
+            cached = "not reported" if p.later_cached_tokens is None else \
+                f"{p.later_cached_tokens:,}"
+            ratio = "-" if p.first_over_later_ttft is None else f"{p.first_over_later_ttft:.1f}x"
+            lines.append(f"| `{arm}` | {cell_text(p.prompt_tokens)} | {cached} | {ratio} |")
+        return lines

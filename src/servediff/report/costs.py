@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from servediff.analysis.findings import ArmCosts, Speed, Summary, Survival, SweepPointView
+from servediff.digits import cell
 from servediff.report import words
 
 OUTCOME_MARK = {"ok": "ok", "slow": "slow", "error": "error", "hang": "HANG",
@@ -30,10 +31,6 @@ def verdict_lines(summary: Summary) -> list[str]:
     return lines
 
 
-def _n(x: float | None) -> str:
-    return "-" if x is None else f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
-
-
 def speed_lines(arm: str, speed: Speed) -> list[str]:
     lines = [f"Speed of `{arm}` (mean of the kept replicates, 95 % bootstrap band):", "",
              "| prompt tokens | in flight | replicates | decode tok/s | prefill tok/s | TTFT s |",
@@ -42,7 +39,7 @@ def speed_lines(arm: str, speed: Speed) -> list[str]:
         cells = []
         for m in (e.decode_tok_s, e.prefill_tok_s, e.ttft_s):
             band = m.band95
-            cells.append(f"{_n(m.mean)}" + (f" [{_n(band[0])}, {_n(band[1])}]" if band else ""))
+            cells.append(cell(m.mean) + (f" [{cell(band[0])}, {cell(band[1])}]" if band else ""))
         lines.append(f"| {e.prompt_tokens} | {e.concurrency} | {e.replicates} | "
                      + " | ".join(cells) + " |")
     return [*lines, ""]
@@ -92,7 +89,7 @@ def survival_lines(summary: Summary) -> list[str]:
         largest = s.largest_ok_length.get("1")
         lines.append(f"- `{arm}`: largest single prompt that survived: "
                      f"{'none' if largest is None else f'{largest:,}'} tokens"
-                     f" (context length {_n(s.context_length)})"
+                     f" (context length {cell(s.context_length)})"
                      + ("" if s.complete else "; the sweep did not finish"))
     return [*lines, ""]
 
@@ -107,22 +104,7 @@ def capacity_lines(costs: dict[str, ArmCosts]) -> list[str]:
     for arm, c in rows:
         kv = c.kv_tokens
         rel = f"{kv / base - 1:+.0%}" if kv and base else "-"
-        lines.append(f"| `{arm}` | {_n(kv)} | {rel} | {_n(c.max_concurrency)} |")
-    return [*lines, ""]
-
-
-def prefix_lines(costs: dict[str, ArmCosts]) -> list[str]:
-    rows = [(arm, c.prefix) for arm, c in costs.items() if c.prefix]
-    if not rows:
-        return []
-    lines = ["Prefix reuse (a shared long prefix, then different questions, one at a time):",
-             "", "| arm | prompt tokens | cached tokens, later requests | TTFT first / later |",
-             "| --- | --- | --- | --- |"]
-    for arm, p in rows:
-        cached = "not reported" if p.later_cached_tokens is None else \
-            f"{p.later_cached_tokens:,}"
-        ratio = "-" if p.first_over_later_ttft is None else f"{p.first_over_later_ttft:.1f}x"
-        lines.append(f"| `{arm}` | {_n(p.prompt_tokens)} | {cached} | {ratio} |")
+        lines.append(f"| `{arm}` | {cell(kv)} | {rel} | {cell(c.max_concurrency)} |")
     return [*lines, ""]
 
 
@@ -146,7 +128,7 @@ def conditions_lines(summary: Summary) -> list[str]:
     for arm, c in rows.items():
         lines.append(f"| `{arm}` | {', '.join(c.machines) or '-'} | "
                      f"{', '.join(c.gpus_used) or '-'} | "
-                     f"{_n(c.foreign_cpu_cores_max)} | {_n(c.loadavg_max)} | "
+                     f"{cell(c.foreign_cpu_cores_max)} | {cell(c.loadavg_max)} | "
                      f"{', '.join(str(x) for x in c.gpu_sm_clock_mhz) or '-'} | "
                      f"{c.throttled_cells} | {c.busy_cells} | {c.gates_not_quiet} of {c.gates} |")
     return [*lines, ""]
@@ -163,7 +145,6 @@ def cost_lines(summary: Summary) -> list[str]:
     lines += conditions_lines(summary)
     lines += survival_lines(summary)
     lines += capacity_lines(costs)
-    lines += prefix_lines(costs)
     starts = [(arm, c.startup) for arm, c in costs.items() if c.startup.mean]
     if starts:
         lines += ["Start-up to ready: " + "; ".join(

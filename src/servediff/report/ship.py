@@ -20,12 +20,12 @@ from servediff.analysis.findings import (
     Summary,
 )
 from servediff.design import ROMAN
+from servediff.digits import num3
 from servediff.probes.speed import in_flight
 from servediff.report.words import (
     METRIC_NAMES,
     and_list,
     claim_text,
-    num3,
     untested_text,
 )
 
@@ -127,9 +127,9 @@ def property_text(p: Property) -> str:
     if p.topic == "capacity":
         return "KV capacity" if p.what == "kv" else "concurrent sequences"
     if p.topic == "probe" and p.probe:
-        return probes.by_section(p.probe).title
-    return {"prefix": "prefix reuse", "startup": "start-up to ready",
-            "starts": "whether the engine starts"}[p.topic]
+        probe = probes.by_section(p.probe)
+        return probe.property_name or probe.title
+    return {"startup": "start-up to ready", "starts": "whether the engine starts"}[p.topic]
 
 
 def effect_text(a: Attribution) -> str:

@@ -25,7 +25,6 @@ from servediff.analysis.findings import (
     Limit,
     Metric,
     Pair,
-    PrefixClaim,
     ProbeFindingClaim,
     RefusedClaim,
     SharedShape,
@@ -38,6 +37,7 @@ from servediff.analysis.findings import (
     SweepPointView,
     TrendClaim,
 )
+from servediff.digits import num3
 from servediff.evidence import RequestKind
 from servediff.probes.base import Untested
 from servediff.probes.speed import in_flight, levels_text
@@ -80,14 +80,6 @@ FAILED = {"death": "the server died", "hang": "requests hung", "timeout": "reque
           "error": "an error response came"}
 LIMIT_VERB = {"death": "dies", "hang": "hangs", "timeout": "times out", "error": "errors",
               "ok": "holds", "slow": "holds"}
-
-
-def num3(x: float | None, digits: int = 3) -> str:
-    if x is None:
-        return "n/a"
-    if abs(x) >= 1000:
-        return f"{x:,.0f}"
-    return f"{x:.{digits}g}"
 
 
 def finding_text(f: DriftFinding) -> str:
@@ -338,24 +330,6 @@ def _known(x: float | None) -> str:
     return "not reported" if x is None else str(x)
 
 
-def _prefix_text(c: PrefixClaim) -> str:
-    a, b, ca, cb = c.baseline, c.arm, c.cached_a, c.cached_b
-    ta, tb = c.later_ttft_a, c.later_ttft_b
-    if ca is None and cb is None:
-        return (f"prefix reuse: neither arm reports cached tokens; TTFT of repeated requests "
-                f"`{a}` {num3(ta)} s vs `{b}` {num3(tb)} s")
-    ttft = (f"; TTFT of later requests {num3(tb)} s vs {num3(ta)} s"
-            + (f" ({tb / ta:.1f}x)" if ta and tb else ""))
-    tokens = c.prompt_tokens or 0
-    if c.kind == "cost":
-        return (f"prefix reuse lost: a repeated {tokens:,}-token prompt gets {cb or 0:,} cached "
-                f"tokens under `{b}` vs {ca or 0:,} under `{a}`{ttft}")
-    if c.kind == "gain":
-        return (f"prefix reuse: {cb or 0:,} cached tokens under `{b}` vs {ca or 0:,} under "
-                f"`{a}`{ttft}")
-    return f"prefix reuse: the same under both arms ({ca} cached tokens){ttft}"
-
-
 def _startup_text(c: StartupClaim) -> str:
     s = c.comparison
     size = f"`{c.arm}` {s.mean_b:.1f} s vs `{c.baseline}` {s.mean_a:.1f} s"
@@ -417,11 +391,6 @@ def _(c: FailureClaim) -> str:
 @claim_text.register
 def _(c: SurvivalClaim) -> str:
     return survival_text(c)
-
-
-@claim_text.register
-def _(c: PrefixClaim) -> str:
-    return _prefix_text(c)
 
 
 @claim_text.register
@@ -503,8 +472,8 @@ def _(c: SurvivalClaim) -> str:
 
 
 @claim_regime.register
-def _(c: PrefixClaim) -> str:
-    return f"a shared prefix, {c.prompt_tokens} prompt tokens per request, one at a time"
+def _(c: ProbeFindingClaim) -> str:
+    return c.regime  # the probe's own words (its `compare`)
 
 
 @claim_regime.register
@@ -521,8 +490,7 @@ def coverage_text(c: Coverage) -> str:
     if c.sweep_top is not None:
         parts.append(f"prompts up to {c.sweep_top:,} tokens at concurrency "
                      f"{', '.join(str(x) for x in c.sweep_levels)}")
-    if c.prefix:
-        parts.append("a repeated shared prefix")
+    parts += [words for section in c.probes if (words := probes.by_section(section).coverage)]
     if c.capacity:
         parts.append("KV capacity as reported")
     if c.drift_levels:

@@ -67,12 +67,6 @@ from servediff.analysis.findings.costs import (
     MetricStats as MetricStats,
 )
 from servediff.analysis.findings.costs import (
-    Prefix as Prefix,
-)
-from servediff.analysis.findings.costs import (
-    PrefixLoad as PrefixLoad,
-)
-from servediff.analysis.findings.costs import (
     Speed as Speed,
 )
 from servediff.analysis.findings.costs import (
@@ -266,9 +260,6 @@ from servediff.analysis.findings.verdict import (
 )
 from servediff.analysis.findings.verdict import (
     Pair as Pair,
-)
-from servediff.analysis.findings.verdict import (
-    PrefixClaim as PrefixClaim,
 )
 from servediff.analysis.findings.verdict import (
     ProbeFindingClaim as ProbeFindingClaim,

@@ -1,4 +1,4 @@
-"""Costs: speed, survival, KV capacity, prefix reuse and start-up, per arm and compared."""
+"""Costs: speed, survival, KV capacity and start-up, per arm and compared."""
 
 from __future__ import annotations
 
@@ -122,27 +122,6 @@ class Capacity(Finding):
     evidence: list[str] = Field(default_factory=list)
 
 
-class PrefixLoad(Finding):
-    load: int
-    ok: int
-    prompt_tokens: int | None = None
-    first_ttft_s: float | None = None
-    first_cached_tokens: int | None = None
-    later_ttft_s: float | None = None
-    later_cached_tokens: int | None = None
-    cached_reported: bool | None = None
-
-
-class Prefix(Finding):
-    loads: list[PrefixLoad]
-    cells: list[str]
-    prompt_tokens: int | None
-    later_cached_tokens: int | None
-    cached_reported: bool
-    first_over_later_ttft: float | None
-    later_ttft_s: float | None
-
-
 class Startup(Finding):
     seconds_to_ready: list[float]
     mean: float | None
@@ -155,7 +134,6 @@ class ArmCosts(Finding):
     speed: Speed | None
     survival: Survival | None
     capacity: Capacity
-    prefix: Prefix | None
     startup: Startup
 
 

@@ -33,14 +33,14 @@ class FactorArm(Finding):
     meets: bool
 
 
-PropertyTopic = Literal["drift", "speed", "capacity", "survival", "prefix", "startup",
-                        "starts", "probe"]
+PropertyTopic = Literal["drift", "speed", "capacity", "survival", "startup", "starts",
+                        "probe"]
 
 
 class Property(Finding):
     """Something measured per arm: drift in a regime, speed at a length, level and metric,
-    KV capacity or slots, survival at a level, prefix reuse, start-up, whether it starts,
-    or what a probe with a finding of its own compares."""
+    KV capacity or slots, survival at a level, start-up, whether it starts, or what a
+    probe with a finding of its own compares."""
 
     topic: PropertyTopic
     regime: Regime | None = None

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import Field, JsonValue
+from typing import Annotated
 
+from pydantic import BeforeValidator, Field, SerializeAsAny
+
+from servediff import probes
 from servediff.analysis.findings.base import SUMMARY_SCHEMA_VERSION, Finding
 from servediff.analysis.findings.costs import ArmCosts, CostComparison
 from servediff.analysis.findings.factors import Factors
@@ -13,7 +16,23 @@ from servediff.analysis.findings.scores import ArmPair
 from servediff.analysis.findings.setup import ArmConditions, Setup
 from servediff.analysis.findings.signature import ArmDrift
 from servediff.analysis.findings.verdict import DidNotStart, Verdict
-from servediff.probes.base import Untested
+from servediff.probes.base import ProbeFinding, Untested
+
+
+def _by_probe(stored: object) -> object:
+    """Each probe's finding read back as the model its probe names (Probe.finding): the
+    section is the tag."""
+    if not isinstance(stored, dict):
+        return stored
+    out = {}
+    for section, finding in stored.items():
+        try:
+            probe = probes.by_section(section)
+        except KeyError:
+            raise ValueError(f"probe_findings.{section}: no registered probe has this "
+                             "section") from None
+        out[section] = probe.read(finding)
+    return out
 
 
 class Summary(Finding):
@@ -40,8 +59,9 @@ class Summary(Finding):
     conditions: dict[str, ArmConditions] = Field(default_factory=dict)
     untested: dict[str, Untested]
     # the findings of probes whose analysis is their own (probes/base.py: `analyse`), by
-    # the probe's section, as the probe's model dumps them; schema 6
-    probe_findings: dict[str, dict[str, JsonValue]] = Field(default_factory=dict)
+    # the probe's section, each of its probe's model; schema 6 (17: the prefix probe's)
+    probe_findings: Annotated[dict[str, SerializeAsAny[ProbeFinding]],
+                              BeforeValidator(_by_probe)] = Field(default_factory=dict)
     verdict: Verdict
     # a plan with [factors]: which factor changes what, and what to ship; schema 7
     factors: Factors | None = None

@@ -103,19 +103,6 @@ class SurvivalClaim(Finding):
     limit: Limit | None = None
 
 
-class PrefixClaim(Finding):
-    topic: Literal["prefix"] = "prefix"
-    kind: ClaimKind
-    evidence: list[str]
-    baseline: str
-    arm: str
-    prompt_tokens: int | None
-    cached_a: int | None
-    cached_b: int | None
-    later_ttft_a: float | None
-    later_ttft_b: float | None
-
-
 class StartupClaim(Finding):
     topic: Literal["startup"] = "startup"
     kind: ClaimKind
@@ -159,10 +146,15 @@ class ProbeFindingClaim(Finding):
     baseline: str
     arm: str
     text: str
+    # the probe's words for the regime it covers, whether what it compares is something
+    # the server can or cannot do, and whether anything was compared (ProbeClaim); schema 17
+    regime: str = ""
+    severe: bool = False
+    compared: bool = True
 
 
 Claim = Annotated[DriftClaim | SignatureClaim | SpeedClaim | TrendClaim | CapacityClaim
-                  | FailureClaim | SurvivalClaim | PrefixClaim | StartupClaim | RefusedClaim
+                  | FailureClaim | SurvivalClaim | StartupClaim | RefusedClaim
                   | ProbeFindingClaim, Field(discriminator="topic")]
 
 
@@ -182,7 +174,9 @@ class Coverage(Finding):
     speed_levels: list[int] = Field(default_factory=lambda: [1])
     sweep_top: int | None
     sweep_levels: list[int]
-    prefix: bool
+    # the probes with a finding of their own that covered something (each says what:
+    # Probe.coverage); schema 17, where a `prefix` flag stood for the prefix probe
+    probes: list[str] = Field(default_factory=list)
     capacity: bool
     drift_levels: list[int]
 
