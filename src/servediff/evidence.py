@@ -259,6 +259,12 @@ class Cell(Raw):
     data: list[dict[str, JsonValue]] = Field(default_factory=list)
 
     @property
+    def observations(self) -> int:
+        """How many raw observations the cell holds: rows, responses, samples, points."""
+        return (len(self.records) + sum(len(g.responses) for g in self.groups)
+                + len(self.speed) + len(self.sweep) + len(self.prefix) + len(self.data))
+
+    @property
     def name(self) -> str:
         """The cell's name, as its file is called."""
         return cell_name(self.arm, self.load, self.probe, self.repeat, self.phase)

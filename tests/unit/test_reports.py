@@ -73,6 +73,10 @@ def test_packet_validates_and_hashes_match(tmp_path: Path):
         assert len(data) == artifact["bytes"]
     assert any("died" in o["text"] for o in packet["hypothesis"]["disproving_observations"])
     assert packet["execution"]["observed_count"] > 0
+    # what an arm may cost: what every run measures, then the property each probe with a
+    # finding of its own compares, in that probe's words (probes/prefix.py)
+    assert packet["hypothesis"]["statement"].endswith(
+        "no arm costs speed, capacity, survival or prefix reuse relative to `stock`.")
     # a packet that is not what the schema says is caught by the schema
     broken = {**packet, "schema_version": "2"}
     with pytest.raises(jsonschema.ValidationError):
@@ -117,6 +121,9 @@ def test_packet_names_where_it_applies_and_the_chain_of_pins(tmp_path: Path):
     assert registry["target"]["exact_revision"] not in ("main", "master", "HEAD", "latest")
     assert registry["execution"]["failure_cause"] == "NONE"
     assert registry["execution"]["observed_count"] > 0
+    assert registry["hypothesis"]["expected_disproof_observation"].endswith(
+        "an arm that costs speed, KV capacity, survival of long or concurrent prompts, or "
+        "prefix reuse")
     boundary = registry["claim"]["claim_boundary"]
     assert "Applies to: " in boundary and "serving_stack=transformers" in boundary
     assert "BROKEN_PIN=sglang=0.4.9" in boundary and "KNOWN_GOOD_PIN=sglang=0.5.0" in boundary

@@ -239,8 +239,8 @@ def hypothesis(summary: Summary) -> Hypothesis:
     arms = list(summary.arms)
     statement = (f"Teacher-forced scores of `{summary.model}` on `{summary.engine}` are "
                  "reproducible across cold loads, repeats and concurrency under every arm"
-                 + (f", and no arm costs speed, capacity, survival or prefix reuse relative to "
-                    f"`{arms[0]}`" if len(arms) > 1 else "") + ".")
+                 + (f", and no arm costs {words.costs_of(summary.probe_findings, MEASURED)} "
+                    f"relative to `{arms[0]}`" if len(arms) > 1 else "") + ".")
     confirming: list[Observation] = []
     disproving: list[Observation] = []
     for arm, data in summary.arms.items():
@@ -258,6 +258,8 @@ def hypothesis(summary: Summary) -> Hypothesis:
                       disproving_observations=disproving)
 
 
+# What every run says an arm may cost (with what each probe of its own compares).
+MEASURED = ("speed", "capacity", "survival")
 # Gaps that mean a planned measurement did not happen.
 INCOMPLETE = ("loads missing", "sweep points missing")
 
@@ -274,8 +276,7 @@ def build(root: Path, summary: Summary, given_revision: str | None) -> EvidenceP
     launches = [launch for rec in evidence.loads for launch in rec.launches]
     starts = [launch.started_at for launch in launches]
     ends = [launch.finished_at or launch.started_at for launch in launches]
-    observed = sum(len(c.records) + sum(len(g.responses) for g in c.groups) + len(c.speed)
-                   + len(c.sweep) + len(c.prefix) for c in evidence.cells)
+    observed = sum(c.observations for c in evidence.cells)
     failures = summary.failed_launches
     partial = bool(summary.partial_cells) or any(g.kind in INCOMPLETE for g in summary.gaps)
     evidence_hash = evidence_sha256(root)

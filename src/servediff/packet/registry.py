@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 from servediff import __version__
 from servediff.analysis.findings import Summary
 from servediff.bundle import read_lock
-from servediff.packet.evidence import EvidencePacket
+from servediff.packet.evidence import MEASURED, EvidencePacket
+from servediff.report import words
 from servediff.scrub import policy, scrub_tree
 from servediff.trapfields import Applicability
 
@@ -179,12 +180,12 @@ def registry_packet(root: Path, packet: EvidencePacket, summary: Summary) -> Reg
                 "every arm's teacher-forced scores agree within "
                 f"{summary.threshold_abs_nll:g} nats per token across its cold loads, a "
                 "repeat within a load and every concurrency level measured, and no arm "
-                "costs speed, capacity, survival or prefix reuse"),
+                f"costs {words.costs_of(summary.probe_findings, MEASURED)}"),
             expected_disproof_observation=(
                 "a text whose scores move beyond that between two cold loads, two passes "
                 "of one load or two concurrency levels of one arm, or an arm that costs "
-                "speed, KV capacity, survival of long or concurrent prompts, or prefix "
-                "reuse")),
+                + words.costs_of(summary.probe_findings, ("speed", "KV capacity",
+                                 "survival of long or concurrent prompts")))),
         environment=Environment(
             runtime_or_build_revision=versions,
             model_identity=f"{target.model} ({target.revision_kind} {target.revision})",

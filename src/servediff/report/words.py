@@ -7,6 +7,7 @@ the same thing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from functools import singledispatch
 
 from servediff import probes
@@ -119,6 +120,19 @@ def _parts(sig: Signature) -> list[tuple[str, str]]:
 def and_list(items: list[str], word: str = "and") -> str:
     """a; a and b; a, b and c (or another joining word)."""
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}"
+
+
+def costs_of(found: Iterable[str], measured: Sequence[str]) -> str:
+    """What an arm may cost, in words: the costs every run measures, then what each probe
+    with a finding of its own (by section) compares ("speed, capacity, survival or prefix
+    reuse")."""
+    items = [*measured, *(probe.property_name or probe.title
+                          for probe in map(probes.by_section, found))]
+    if len(items) == 1:
+        return items[0]
+    # an item with an "or" of its own needs the comma before the last one
+    comma = "," if any(" or " in x for x in items) else ""
+    return f"{', '.join(items[:-1])}{comma} or {items[-1]}"
 
 
 def where_drift_starts(label: str, c: Comparison) -> list[str]:
