@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from servediff.analysis.findings import ConcurrencyDrift
 from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence
 from servediff.derived import write_derived
@@ -34,6 +35,10 @@ def test_batch_composition_found_with_its_length_floor(tmp_path: Path):
     (finding,) = arm.signature.findings
     assert (finding.kind, finding.scope, finding.length, finding.level) == \
         ("batch-composition", "concurrency", 512, 4)
+    # one class per scope (the tag), with its own fields and no other scope's
+    assert isinstance(finding, ConcurrencyDrift)
+    assert set(finding.model_dump()) == {"scope", "kind", "evidence", "count",
+                                         "request_kinds", "length", "level"}
     assert finding.evidence == ["cells/a-load1-concurrency.json",
                                 "cells/a-load2-concurrency.json"]
     grid = {(e.length, e.level): e for e in conc.table.cells}

@@ -21,7 +21,12 @@ from servediff.analysis.findings import (
     ArmPair,
     ArmSetup,
     BatchPair,
+    BatchSizeDrift,
+    CacheArmsDrift,
+    CacheSplitDrift,
     Comparison,
+    ConcurrencyDrift,
+    ControlDrift,
     CorpusSetup,
     DidNotStart,
     Discordant,
@@ -30,7 +35,9 @@ from servediff.analysis.findings import (
     Gap,
     LoadPair,
     LoadRow,
+    LoadsDrift,
     PartialCell,
+    RepeatDrift,
     RepeatPair,
     Setup,
     ShiftKind,
@@ -96,42 +103,38 @@ def signature(across: list[tuple[Cell, Cell, Comparison]],
     moved_batches = [b for b in batches if b.moved]
     if conc is not None and not conc.control_ok:
         controls = [r for load in conc.loads for r in load.groups if r.level == 1]
-        findings.append(DriftFinding(
-            kind="non-deterministic alone", scope="control", evidence=conc.cells,
+        findings.append(ControlDrift(
+            evidence=conc.cells,
             count=sum(len(load.control_failed) for load in conc.loads), of=len(controls)))
     if within_moved or gen_within:
-        findings.append(DriftFinding(
-            kind="within-load", scope="repeat",
+        findings.append(RepeatDrift(
             evidence=sorted({ref for a, b, _ in within_moved for ref in _refs(a, b)})
             + (gen.cells if gen and gen_within else []),
             count=sum(c.moved for *_, c in within_moved), of=sum(c.compared for *_, c in within),
             request_kinds=_kinds(bool(within_moved), bool(gen_within))))
     if moved_batches and not within_moved:
         # Plain repeats at the arm's own batch size are the control: they held still.
-        findings.append(DriftFinding(
-            kind="batch-composition", scope="batch size",
+        findings.append(BatchSizeDrift(
             evidence=_refs(*(batch_cells or [])),
             count=sum(b.moved for b in moved_batches), of=sum(b.compared for b in batches),
             batch_sizes=sorted({b.batch_size for b in moved_batches}),
             arm_batch_size=moved_batches[0].arm_batch_size, control=bool(within)))
     if conc is not None and conc.control_ok and conc.batch_composition and conc.first_drift:
         first = conc.first_drift
-        findings.append(DriftFinding(
-            kind="batch-composition", scope="concurrency", evidence=conc.cells,
+        findings.append(ConcurrencyDrift(
+            evidence=conc.cells,
             count=sum(load.drifting_groups for load in conc.loads),
             request_kinds=first.kinds, length=first.length, level=first.level))
     splits = [*(conc.cache_splits if conc else []), *(gen.cache_splits if gen else [])]
     differing = [x for x in splits if x.differ]
     if differing:
-        findings.append(DriftFinding(
-            kind="cache-dependent", scope="cache split",
+        findings.append(CacheSplitDrift(
             evidence=[*(conc.cells if conc else []), *(gen.cells if gen else [])],
             count=len(differing), of=len(splits)))
     control_moved = conc is not None and any(g.distinct > 1 for g in conc.across_loads)
     across_moved = [(a, b, c) for a, b, c in across if c.moved]
     if across_moved or control_moved or gen_across:
-        findings.append(DriftFinding(
-            kind="across-load", scope="loads",
+        findings.append(LoadsDrift(
             evidence=sorted({ref for a, b, _ in across_moved for ref in _refs(a, b)}),
             count=max((c.moved for *_, c in across_moved), default=0),
             of=max((c.compared for *_, c in across), default=0),
@@ -227,8 +230,7 @@ def cache_dependence(per_arm: dict[str, ArmDrift]) -> dict[str, ArmDrift]:
         sig = d.signature
         if d.prefix_cache and sig.has("within-load") and not sig.has("cache-dependent") \
                 and still:
-            finding = DriftFinding(kind="cache-dependent", scope="cache arms",
-                                   reference_arm=still[0])
+            finding = CacheArmsDrift(reference_arm=still[0])
             out[arm] = d.model_copy(update={"signature": sig.model_copy(
                 update={"findings": [*sig.findings, finding]})})
     return out

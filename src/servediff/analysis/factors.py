@@ -32,8 +32,10 @@ from servediff.analysis.findings import (
     ArmCosts,
     ArmDrift,
     Attribution,
+    CacheArmsDrift,
     CapacityClaim,
     Claim,
+    ConcurrencyDrift,
     Contrast,
     DidNotStart,
     DriftKind,
@@ -81,8 +83,8 @@ def regime_drift(drift: ArmDrift | None, regime: Regime) -> RegimeDrift:
     if not measured:
         return RegimeDrift(regime=regime, reproducible=None)
     found = [f for f in drift.signature.findings if f.kind in DRIFT_KINDS[regime]]
-    counts = [f.count for f in found if f.count is not None]
-    totals = [f.of for f in found if f.of is not None]
+    counts = [f.count for f in found if not isinstance(f, CacheArmsDrift)]
+    totals = [f.of for f in found if not isinstance(f, CacheArmsDrift | ConcurrencyDrift)]
     return RegimeDrift(regime=regime, reproducible=not found,
                        moved=sum(counts) if found else 0,
                        of=max(totals) if totals else None)

@@ -13,9 +13,14 @@ from functools import singledispatch
 from servediff import probes
 from servediff.analysis.findings import (
     ArmDrift,
+    BatchSizeDrift,
+    CacheArmsDrift,
+    CacheSplitDrift,
     CapacityClaim,
     Claim,
     Comparison,
+    ConcurrencyDrift,
+    ControlDrift,
     Coverage,
     DriftClaim,
     DriftFinding,
@@ -24,10 +29,12 @@ from servediff.analysis.findings import (
     Finding,
     Gap,
     Limit,
+    LoadsDrift,
     Metric,
     Pair,
     ProbeFindingClaim,
     RefusedClaim,
+    RepeatDrift,
     SharedShape,
     ShiftKind,
     Signature,
@@ -83,31 +90,55 @@ LIMIT_VERB = {"death": "dies", "hang": "hangs", "timeout": "times out", "error":
               "ok": "holds", "slow": "holds"}
 
 
-def finding_text(f: DriftFinding) -> str:
-    if f.kind == "non-deterministic alone":
-        return "non-deterministic alone (concurrency-1 control failed)"
-    if f.kind == "within-load":
-        return "within-load"
-    if f.kind == "batch-composition" and f.scope == "batch size":
-        versus = (f"scoring batch size {f.arm_batch_size} vs "
-                  + ", ".join(str(s) for s in f.batch_sizes))
-        return (f"batch-composition ({versus})" if f.control else
-                f"batch-composition ({versus}; no same-size repeat as control)")
-    if f.kind == "batch-composition":
-        what = " and ".join(KIND_NAMES[k] for k in f.request_kinds)
-        return f"batch-composition ({what} from {f.length} tokens at concurrency {f.level})"
-    if f.kind == "cache-dependent" and f.scope == "cache arms":
-        return (f"cache-dependent (prefix cache on; `{f.reference_arm}` with it off held "
-                "still within its loads)")
-    if f.kind == "cache-dependent":
-        return (f"cache-dependent ({f.count} of {f.of} groups: responses served from the "
-                "prefix cache differ from those computed fresh)")
+# One sentence per kind of drift finding (singledispatch on its class, as for claims).
+@singledispatch
+def finding_text(f: Finding) -> str:
+    raise TypeError(f"no words for a {type(f).__name__}")
+
+
+@finding_text.register
+def _(f: ControlDrift) -> str:
+    return "non-deterministic alone (concurrency-1 control failed)"
+
+
+@finding_text.register
+def _(f: RepeatDrift) -> str:
+    return "within-load"
+
+
+@finding_text.register
+def _(f: BatchSizeDrift) -> str:
+    versus = f"scoring batch size {f.arm_batch_size} vs " + ", ".join(map(str, f.batch_sizes))
+    return (f"batch-composition ({versus})" if f.control else
+            f"batch-composition ({versus}; no same-size repeat as control)")
+
+
+@finding_text.register
+def _(f: ConcurrencyDrift) -> str:
+    what = " and ".join(KIND_NAMES[k] for k in f.request_kinds)
+    return f"batch-composition ({what} from {f.length} tokens at concurrency {f.level})"
+
+
+@finding_text.register
+def _(f: CacheArmsDrift) -> str:
+    return (f"cache-dependent (prefix cache on; `{f.reference_arm}` with it off held "
+            "still within its loads)")
+
+
+@finding_text.register
+def _(f: CacheSplitDrift) -> str:
+    return (f"cache-dependent ({f.count} of {f.of} groups: responses served from the "
+            "prefix cache differ from those computed fresh)")
+
+
+@finding_text.register
+def _(f: LoadsDrift) -> str:
     return "across-load only" if f.only else "across-load"
 
 
 def finding_name(f: DriftFinding) -> str:
     """The signature part a finding is (a key of SIGNATURES)."""
-    return "across-load only" if f.kind == "across-load" and f.only else f.kind
+    return "across-load only" if isinstance(f, LoadsDrift) and f.only else f.kind
 
 
 def _parts(sig: Signature) -> list[tuple[str, str]]:

@@ -223,10 +223,31 @@ from servediff.analysis.findings.signature import (
     ArmDrift as ArmDrift,
 )
 from servediff.analysis.findings.signature import (
+    BatchSizeDrift as BatchSizeDrift,
+)
+from servediff.analysis.findings.signature import (
+    CacheArmsDrift as CacheArmsDrift,
+)
+from servediff.analysis.findings.signature import (
+    CacheSplitDrift as CacheSplitDrift,
+)
+from servediff.analysis.findings.signature import (
+    ConcurrencyDrift as ConcurrencyDrift,
+)
+from servediff.analysis.findings.signature import (
+    ControlDrift as ControlDrift,
+)
+from servediff.analysis.findings.signature import (
     DriftFinding as DriftFinding,
 )
 from servediff.analysis.findings.signature import (
     DriftKind as DriftKind,
+)
+from servediff.analysis.findings.signature import (
+    LoadsDrift as LoadsDrift,
+)
+from servediff.analysis.findings.signature import (
+    RepeatDrift as RepeatDrift,
 )
 from servediff.analysis.findings.signature import (
     Signature as Signature,

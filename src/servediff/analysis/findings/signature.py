@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -22,38 +22,92 @@ DriftKind = Literal["non-deterministic alone", "within-load", "batch-composition
                     "cache-dependent", "across-load"]
 
 
-class DriftFinding(Finding):
-    """One place where the same input gave a different number, with its numbers.
+class ControlDrift(Finding):
+    """The concurrency probe's one-at-a-time requests disagreed: `count` of `of`."""
 
-    `scope` says which probe showed it:
-      control      the concurrency probe's one-at-a-time requests disagreed
-      repeat       a repeat pass (or greedy repeats) in the same load moved
-      batch size   scoring at another batch size moved (`batch_sizes` vs
-                   `arm_batch_size`; `control`: a same-size repeat held still)
-      concurrency  identical requests disagreed in flight together (`request_kinds`,
-                   from `length` tokens at `level`)
-      cache split  responses served from the prefix cache differ from fresh ones
-                   (`count` of `of` groups)
-      cache arms   within-load drift with the cache on, while `reference_arm` with
-                   it off held still
-      loads        cold loads disagree (scores, generations or the control)
-    """
-
-    kind: DriftKind
-    scope: Literal["control", "repeat", "batch size", "concurrency", "cache split",
-                   "cache arms", "loads"]
+    scope: Literal["control"] = "control"
+    kind: Literal["non-deterministic alone"] = "non-deterministic alone"
     evidence: list[str] = Field(default_factory=list)
-    count: int | None = None
-    of: int | None = None
+    count: int
+    of: int
+
+
+class RepeatDrift(Finding):
+    """A repeat pass (or greedy repeats) in the same load moved `count` of `of`."""
+
+    scope: Literal["repeat"] = "repeat"
+    kind: Literal["within-load"] = "within-load"
+    evidence: list[str] = Field(default_factory=list)
+    count: int
+    of: int
     request_kinds: list[RequestKind] = Field(default_factory=list)
-    length: int | None = None
-    level: int | None = None
-    batch_sizes: list[int] = Field(default_factory=list)
-    arm_batch_size: int | None = None
-    control: bool | None = None
-    reference_arm: str | None = None
-    # across-load: the signature's one finding (drift between cold loads and nowhere else)
+
+
+class BatchSizeDrift(Finding):
+    """Scoring at another batch size (`batch_sizes` vs `arm_batch_size`) moved `count` of
+    `of`; `control`: a same-size repeat held still."""
+
+    scope: Literal["batch size"] = "batch size"
+    kind: Literal["batch-composition"] = "batch-composition"
+    evidence: list[str] = Field(default_factory=list)
+    count: int
+    of: int
+    batch_sizes: list[int]
+    arm_batch_size: int | None
+    control: bool
+
+
+class ConcurrencyDrift(Finding):
+    """Identical requests (`request_kinds`) disagreed in flight together, first from
+    `length` tokens at `level`; `count` drifting groups."""
+
+    scope: Literal["concurrency"] = "concurrency"
+    kind: Literal["batch-composition"] = "batch-composition"
+    evidence: list[str] = Field(default_factory=list)
+    count: int
+    request_kinds: list[RequestKind]
+    length: int
+    level: int
+
+
+class CacheSplitDrift(Finding):
+    """Responses served from the prefix cache differ from fresh ones in `count` of `of`
+    groups."""
+
+    scope: Literal["cache split"] = "cache split"
+    kind: Literal["cache-dependent"] = "cache-dependent"
+    evidence: list[str] = Field(default_factory=list)
+    count: int
+    of: int
+
+
+class CacheArmsDrift(Finding):
+    """Within-load drift with the cache on, while `reference_arm` with it off held still."""
+
+    scope: Literal["cache arms"] = "cache arms"
+    kind: Literal["cache-dependent"] = "cache-dependent"
+    evidence: list[str] = Field(default_factory=list)
+    reference_arm: str
+
+
+class LoadsDrift(Finding):
+    """Cold loads disagree (scores, generations or the control): at most `count` of `of`
+    texts between two loads; `only`: the signature's one finding."""
+
+    scope: Literal["loads"] = "loads"
+    kind: Literal["across-load"] = "across-load"
+    evidence: list[str] = Field(default_factory=list)
+    count: int
+    of: int
+    request_kinds: list[RequestKind] = Field(default_factory=list)
     only: bool = False
+
+
+# One place where the same input gave a different number, by the probe that showed it
+# (`scope`, the tag); schema 18, where one class held every scope's optional fields.
+DriftFinding = Annotated[ControlDrift | RepeatDrift | BatchSizeDrift | ConcurrencyDrift
+                         | CacheSplitDrift | CacheArmsDrift | LoadsDrift,
+                         Field(discriminator="scope")]
 
 
 class Signature(Finding):
