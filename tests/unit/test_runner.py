@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from servediff.analysis.findings import ArmGap, ProbeOnSomeLoads
 from servediff.analysis.summary import summarize
 from servediff.bundle import read_evidence, verify
 from servediff.corpus import Corpus, Text
@@ -152,7 +153,8 @@ def test_max_attempts_ends_a_load_that_never_starts_and_the_run_goes_on(tmp_path
     assert not [c for c in cells(root) if c.startswith("a-load1")]
     assert len(cells(root)) == 9  # every other load measured
     summary = summarize(read_evidence(root))
-    assert [g.kind for g in summary.gaps if g.arm == "a"] == ["loads missing"]
+    assert [g.kind for g in summary.gaps if isinstance(g, ArmGap) and g.arm == "a"] == [
+        "loads missing"]
 
 
 def test_a_run_that_gave_a_load_up_exits_5_and_the_same_command_completes_it(
@@ -255,7 +257,7 @@ def test_repeats_and_the_grid_on_the_first_load_only_are_named(tmp_path: Path):
     root = run(tmp_path, FakeLauncher(), p)
     summary = summarize(read_evidence(root))
     some = sorted((g.reason, g.count, g.of) for g in summary.gaps
-                  if g.kind == "probe on some loads")
+                  if isinstance(g, ProbeOnSomeLoads))
     assert some == [("concurrency", 1, 2), ("repeat", 1, 2)]
     assert all(len(d.within_load) == 1 and d.concurrency for d in summary.arms.values())
     with pytest.raises(ValueError, match="probes.repeat.loads must name drift loads from 1"):

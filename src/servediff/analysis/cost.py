@@ -24,17 +24,24 @@ from servediff.analysis.findings import (
     Capacity,
     CapacitySeen,
     CostComparison,
+    CostLoadRefused,
     Gap,
     Limit,
+    LoadsMissing,
     Metric,
     MetricStats,
+    OneCostLoad,
     Speed,
     SpeedAtLength,
     SpeedComparison,
+    SpeedSkipped,
     SpeedVerdict,
     Startup,
     StartupComparison,
+    StartupNotCompared,
     Survival,
+    SweepPointsMissing,
+    SweepPointsShort,
     SweepPointView,
     Trend,
 )
@@ -376,36 +383,36 @@ def cost_gaps(costs: Mapping[str, ArmCosts], comparisons: list[CostComparison],
               evidence: Evidence) -> list[Gap]:
     """Parts of the cost regime that were planned and not reached."""
     plan = evidence.plan
-    out = []
+    out: list[Gap] = []
     for arm, c in costs.items():
         s = c.survival
         if s is not None and s.not_measured:
             length, level = s.not_measured[0]
-            out.append(Gap(kind="sweep points missing", arm=arm, count=len(s.not_measured),
+            out.append(SweepPointsMissing(arm=arm, count=len(s.not_measured),
                            length=length, level=level))
         if s is not None:
             short = [p for p in s.points if p.achieved_ok is False]
             if short:
-                out.append(Gap(kind="sweep points short", arm=arm, count=len(short),
+                out.append(SweepPointsShort(arm=arm, count=len(short),
                                tolerance=plan.probes.get(SweepSettings).tolerance))
         for skip in c.speed.skipped if c.speed else []:
-            out.append(Gap(kind="speed skipped", arm=arm, length=skip.length,
+            out.append(SpeedSkipped(arm=arm, length=skip.length,
                            reason=skip.reason))
     for comp in comparisons:
         if comp.startup is None and min(comp.starts, default=0) > 0:
-            out.append(Gap(kind="startup not compared", arm=comp.arm,
+            out.append(StartupNotCompared(arm=comp.arm,
                            count=min(comp.starts)))
     measured = {(c.arm, c.load) for c in evidence.cells if c.phase == "cost"}
     for rec in evidence.loads:
         if rec.phase == "cost" and rec.refused and (rec.arm, rec.load) not in measured:
-            out.append(Gap(kind="cost load refused", arm=rec.arm, load=rec.load, phase="cost",
+            out.append(CostLoadRefused(arm=rec.arm, load=rec.load, phase="cost",
                            reason="; ".join(rec.refused.reasons)))
     if cost_runs(plan):
         for arm in plan.arms:
             done = len({load for a, load in measured if a == arm})
             if done < plan.cost_loads_of(arm):
-                out.append(Gap(kind="cost loads missing", arm=arm, count=done,
+                out.append(LoadsMissing(kind="cost loads missing", arm=arm, count=done,
                                of=plan.cost_loads_of(arm)))
     if any(c.speed for c in costs.values()) and plan.cost_loads_per_arm < 2:
-        out.append(Gap(kind="one cost load", count=plan.cost_loads_per_arm))
+        out.append(OneCostLoad(count=plan.cost_loads_per_arm))
     return out

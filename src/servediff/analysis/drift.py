@@ -32,11 +32,15 @@ from servediff.analysis.findings import (
     Discordant,
     DriftFinding,
     FailedLaunch,
+    FirstRequestCached,
     Gap,
     LoadPair,
     LoadRow,
     LoadsDrift,
+    LoadsMissing,
     PartialCell,
+    PlanGap,
+    ProbeOnSomeLoads,
     RepeatDrift,
     RepeatPair,
     Setup,
@@ -285,24 +289,25 @@ def arm_shifts(by_arm: Mapping[str, list[Cell]], threshold: float,
 
 def drift_gaps(evidence: Evidence, per_arm: Mapping[str, ArmDrift]) -> list[Gap]:
     plan = evidence.plan
-    gaps = [Gap(kind="loads missing", arm=arm, count=len(d.loads), of=plan.loads_per_arm)
-            for arm, d in per_arm.items() if len(d.loads) < plan.loads_per_arm]
+    gaps: list[Gap] = [LoadsMissing(kind="loads missing", arm=arm, count=len(d.loads),
+                                    of=plan.loads_per_arm)
+                       for arm, d in per_arm.items() if len(d.loads) < plan.loads_per_arm]
     if plan.base_url:
-        gaps.append(Gap(kind="external endpoint"))
+        gaps.append(PlanGap(kind="external endpoint"))
     elif plan.loads_per_arm < 2:
-        gaps.append(Gap(kind="one load"))
+        gaps.append(PlanGap(kind="one load"))
     if plan.probes.get(RepeatSettings).count == 0:
-        gaps.append(Gap(kind="no repeat"))
+        gaps.append(PlanGap(kind="no repeat"))
     repeat, grid = plan.probes.get(RepeatSettings), plan.probes.get(ConcurrencySettings)
     for name, loads, runs in (("repeat", repeat.loads, bool(repeat.count or repeat.batch_sizes)),
                               ("concurrency", grid.loads, grid.enabled)):
         if runs and loads is not None and set(loads) != set(range(1, plan.loads_per_arm + 1)):
-            gaps.append(Gap(kind="probe on some loads", reason=name, count=len(set(loads)),
+            gaps.append(ProbeOnSomeLoads(reason=name, count=len(set(loads)),
                             of=plan.loads_per_arm))
     for rec in evidence.loads:
         for launch in rec.launches:
             if launch.first_request_cached_tokens:
-                gaps.append(Gap(kind="first request cached", arm=rec.arm, load=rec.load,
+                gaps.append(FirstRequestCached(arm=rec.arm, load=rec.load,
                                 phase=rec.phase, count=launch.first_request_cached_tokens))
     return gaps
 

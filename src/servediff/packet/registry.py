@@ -17,7 +17,7 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from servediff import __version__
-from servediff.analysis.findings import Summary
+from servediff.analysis.findings import ArmGap, Summary
 from servediff.bundle import read_lock
 from servediff.packet.evidence import MEASURED, EvidencePacket
 from servediff.report import words
@@ -167,7 +167,8 @@ def registry_packet(root: Path, packet: EvidencePacket, summary: Summary) -> Reg
                 + " Not claimed: anything outside these conditions; every number re-derives "
                 f"from the bundle ({packet.claim.rederive_command}).")
     unresolved = [*summary.verdict.not_tested,
-                  *(f"gap: {g.kind}" + (f" ({g.arm})" if g.arm else "") for g in summary.gaps)]
+                  *(f"gap: {g.kind}" + (f" ({g.arm})" if isinstance(g, ArmGap) else "")
+                    for g in summary.gaps)]
     kinds = packet.sanitization.scrubbed_kinds if packet.sanitization else {}
     out = RegistryPacket(
         packet_id=packet.packet_id, experiment_id=packet.experiment_id,

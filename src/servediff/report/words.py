@@ -21,18 +21,23 @@ from servediff.analysis.findings import (
     Comparison,
     ConcurrencyDrift,
     ControlDrift,
+    CostLoadRefused,
     Coverage,
     DriftClaim,
     DriftFinding,
     FailedLaunch,
     FailureClaim,
     Finding,
-    Gap,
+    FirstRequestCached,
     Limit,
     LoadsDrift,
+    LoadsMissing,
     Metric,
+    OneCostLoad,
     Pair,
+    PlanGap,
     ProbeFindingClaim,
+    ProbeOnSomeLoads,
     RefusedClaim,
     RepeatDrift,
     SharedShape,
@@ -40,8 +45,12 @@ from servediff.analysis.findings import (
     Signature,
     SignatureClaim,
     SpeedClaim,
+    SpeedSkipped,
     StartupClaim,
+    StartupNotCompared,
     SurvivalClaim,
+    SweepPointsMissing,
+    SweepPointsShort,
     SweepPointView,
     TrendClaim,
 )
@@ -579,37 +588,81 @@ def untested_text(name: str, why: Untested) -> str:
 SOME_LOADS = {"repeat": "within-load repeats", "concurrency": "the concurrency grid"}
 
 
-def gap_text(g: Gap) -> str:
-    load = f"{'cost load' if g.phase == 'cost' else 'load'} {g.load}"
-    texts = {
-        "loads missing": f"{g.arm}: {g.count} of {_count(g.of)} planned loads have a score cell",
-        "external endpoint": "across-load drift: an external endpoint; servediff cannot reload "
-                             "a server it did not start, so cold reloads were not compared",
-        "one load": "across-load drift: one load per arm, so cold reloads were not compared",
-        "no repeat": "within-load drift: no repeat probe was run",
-        "first request cached": f"{g.arm} {load}: the first request after the start found "
-                                f"{g.count} cached prompt tokens; this load was not cold",
-        "sweep points missing": f"{g.arm}: {g.count} sweep point(s) not measured (e.g. "
-                                f"{g.length} tokens x {g.level})",
-        "sweep points short": f"{g.arm}: {g.count} sweep point(s) whose achieved prompt tokens "
-                              f"are off the nominal length by more than {g.tolerance or 0:.0%}",
-        "speed skipped": f"{g.arm}: speed at {g.length} tokens: {g.reason}",
-        "startup not compared": f"start-up to ready, `{g.arm}` vs the baseline: not compared; "
-                                f"an arm has {g.count} start(s), a noise band needs 3 each",
-        "probe on some loads": f"{SOME_LOADS.get(g.reason or '', g.reason)}: ran in {g.count} "
-                               f"of {_count(g.of)} drift loads per arm (the plan's `loads`)",
-        "cost load refused": f"{g.arm} {load}: not measured, the machine was not quiet "
-                             f"({g.reason}); run again on a quiet machine",
-        "cost loads missing": f"{g.arm}: {g.count} of {_count(g.of)} planned cost loads "
-                              "have a cell",
-        "one cost load": "speed noise between loads: one cost load per arm, so load-to-load "
-                         "noise was not estimated (the bands cover replicates in one load)",
-    }
-    return texts[g.kind]
+# One sentence per kind of gap (singledispatch on its class).
+@singledispatch
+def gap_text(g: Finding) -> str:
+    raise TypeError(f"no words for a {type(g).__name__}")
 
 
-def _count(x: int | None) -> str:
-    return "?" if x is None else str(x)
+PLAN_GAPS = {
+    "external endpoint": "across-load drift: an external endpoint; servediff cannot reload a "
+                         "server it did not start, so cold reloads were not compared",
+    "one load": "across-load drift: one load per arm, so cold reloads were not compared",
+    "no repeat": "within-load drift: no repeat probe was run",
+}
+
+
+@gap_text.register
+def _(g: PlanGap) -> str:
+    return PLAN_GAPS[g.kind]
+
+
+@gap_text.register
+def _(g: OneCostLoad) -> str:
+    return ("speed noise between loads: one cost load per arm, so load-to-load noise was not "
+            "estimated (the bands cover replicates in one load)")
+
+
+@gap_text.register
+def _(g: ProbeOnSomeLoads) -> str:
+    return (f"{SOME_LOADS.get(g.reason, g.reason)}: ran in {g.count} of {g.of} drift loads "
+            "per arm (the plan's `loads`)")
+
+
+@gap_text.register
+def _(g: LoadsMissing) -> str:
+    what = "cost loads have a cell" if g.kind == "cost loads missing" else \
+        "loads have a score cell"
+    return f"{g.arm}: {g.count} of {g.of} planned {what}"
+
+
+def _load(phase: str, load: int) -> str:
+    return f"{'cost load' if phase == 'cost' else 'load'} {load}"
+
+
+@gap_text.register
+def _(g: FirstRequestCached) -> str:
+    return (f"{g.arm} {_load(g.phase, g.load)}: the first request after the start found "
+            f"{g.count} cached prompt tokens; this load was not cold")
+
+
+@gap_text.register
+def _(g: CostLoadRefused) -> str:
+    return (f"{g.arm} {_load(g.phase, g.load)}: not measured, the machine was not quiet "
+            f"({g.reason}); run again on a quiet machine")
+
+
+@gap_text.register
+def _(g: SweepPointsMissing) -> str:
+    return (f"{g.arm}: {g.count} sweep point(s) not measured (e.g. {g.length} tokens x "
+            f"{g.level})")
+
+
+@gap_text.register
+def _(g: SweepPointsShort) -> str:
+    return (f"{g.arm}: {g.count} sweep point(s) whose achieved prompt tokens are off the "
+            f"nominal length by more than {g.tolerance:.0%}")
+
+
+@gap_text.register
+def _(g: SpeedSkipped) -> str:
+    return f"{g.arm}: speed at {g.length} tokens: {g.reason}"
+
+
+@gap_text.register
+def _(g: StartupNotCompared) -> str:
+    return (f"start-up to ready, `{g.arm}` vs the baseline: not compared; an arm has "
+            f"{g.count} start(s), a noise band needs 3 each")
 
 
 def failed_launch_text(f: FailedLaunch) -> str:

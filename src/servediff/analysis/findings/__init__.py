@@ -136,16 +136,49 @@ from servediff.analysis.findings.factors import (
     Ship as Ship,
 )
 from servediff.analysis.findings.gaps import (
+    GAPS as GAPS,
+)
+from servediff.analysis.findings.gaps import (
+    ArmGap as ArmGap,
+)
+from servediff.analysis.findings.gaps import (
+    CostLoadRefused as CostLoadRefused,
+)
+from servediff.analysis.findings.gaps import (
     FailedLaunch as FailedLaunch,
+)
+from servediff.analysis.findings.gaps import (
+    FirstRequestCached as FirstRequestCached,
 )
 from servediff.analysis.findings.gaps import (
     Gap as Gap,
 )
 from servediff.analysis.findings.gaps import (
-    GapKind as GapKind,
+    LoadsMissing as LoadsMissing,
+)
+from servediff.analysis.findings.gaps import (
+    OneCostLoad as OneCostLoad,
 )
 from servediff.analysis.findings.gaps import (
     PartialCell as PartialCell,
+)
+from servediff.analysis.findings.gaps import (
+    PlanGap as PlanGap,
+)
+from servediff.analysis.findings.gaps import (
+    ProbeOnSomeLoads as ProbeOnSomeLoads,
+)
+from servediff.analysis.findings.gaps import (
+    SpeedSkipped as SpeedSkipped,
+)
+from servediff.analysis.findings.gaps import (
+    StartupNotCompared as StartupNotCompared,
+)
+from servediff.analysis.findings.gaps import (
+    SweepPointsMissing as SweepPointsMissing,
+)
+from servediff.analysis.findings.gaps import (
+    SweepPointsShort as SweepPointsShort,
 )
 from servediff.analysis.findings.generation import (
     ArmGeneration as ArmGeneration,

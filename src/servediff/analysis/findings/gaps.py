@@ -2,41 +2,111 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from servediff.analysis.findings.base import Finding
 from servediff.evidence import Phase
 
-GapKind = Literal[
-    "loads missing",            # an arm has `count` of `of` planned loads with a score cell
-    "external endpoint",        # no reloads possible
-    "one load",                 # one load per arm: cold reloads not compared
-    "no repeat",                # no within-load repeat ran
-    "first request cached",     # `count` cached tokens on the first request after a start
-    "sweep points missing",     # `count` planned points not measured (first: length x level)
-    "sweep points short",       # `count` points off the nominal length by more than
-                                # `tolerance` (a fraction; schema 5 and before: `of`)
-    "speed skipped",            # a speed length left out (`reason`)
-    "startup not compared",     # fewer than three starts on an arm (`count` = the fewest)
-    "one cost load",            # one cost load per arm: load-to-load noise not estimated
-    "probe on some loads",      # probe `reason` ran in `count` of the `of` drift loads per arm
-    "cost load refused",        # the quiet-box gate refused cost load `load` (`reason`)
-    "cost loads missing",       # an arm has `count` of `of` planned cost loads with a cell
-]
+
+class PlanGap(Finding):
+    """A regime the plan itself left out: an external endpoint (no reloads), one load per
+    arm, no repeat probe."""
+
+    kind: Literal["external endpoint", "one load", "no repeat"]
 
 
-class Gap(Finding):
-    kind: GapKind
-    arm: str | None = None
-    load: int | None = None
-    phase: Phase | None = None
-    # `count` of `of` (planned loads, drift loads, ...): both counts
-    count: int | None = None
-    of: int | None = None
-    tolerance: float | None = None
-    length: int | None = None
-    level: int | None = None
-    reason: str | None = None
+class OneCostLoad(Finding):
+    """One cost load per arm (`count`): load-to-load speed noise not estimated."""
+
+    kind: Literal["one cost load"] = "one cost load"
+    count: int
+
+
+class ProbeOnSomeLoads(Finding):
+    """Probe `reason` ran in `count` of the `of` drift loads per arm (the plan's `loads`)."""
+
+    kind: Literal["probe on some loads"] = "probe on some loads"
+    reason: str
+    count: int
+    of: int
+
+
+class ArmGap(Finding):
+    """A gap of one arm."""
+
+    arm: str
+
+
+class LoadsMissing(ArmGap):
+    """The arm has `count` of `of` planned loads (drift: with a score cell; cost: with a
+    cell)."""
+
+    kind: Literal["loads missing", "cost loads missing"]
+    count: int
+    of: int
+
+
+class FirstRequestCached(ArmGap):
+    """`count` cached tokens on the first request after a start: the load was not cold."""
+
+    kind: Literal["first request cached"] = "first request cached"
+    load: int
+    phase: Phase
+    count: int
+
+
+class CostLoadRefused(ArmGap):
+    """The quiet-box gate refused cost load `load` (`reason`)."""
+
+    kind: Literal["cost load refused"] = "cost load refused"
+    load: int
+    phase: Phase
+    reason: str
+
+
+class SweepPointsMissing(ArmGap):
+    """`count` planned sweep points not measured (the first: `length` x `level`)."""
+
+    kind: Literal["sweep points missing"] = "sweep points missing"
+    count: int
+    length: int
+    level: int
+
+
+class SweepPointsShort(ArmGap):
+    """`count` sweep points off their nominal length by more than `tolerance` (a fraction;
+    schema 5 and before: `of`)."""
+
+    kind: Literal["sweep points short"] = "sweep points short"
+    count: int
+    tolerance: float
+
+
+class SpeedSkipped(ArmGap):
+    """A speed length left out (`reason`)."""
+
+    kind: Literal["speed skipped"] = "speed skipped"
+    length: int | None
+    reason: str
+
+
+class StartupNotCompared(ArmGap):
+    """Fewer than three starts on an arm (`count`: the fewest): no noise band."""
+
+    kind: Literal["startup not compared"] = "startup not compared"
+    count: int
+
+
+# What was not measured, one class per kind of gap (`kind`, the tag); schema 19, where one
+# class held every kind's optional fields.
+Gap = Annotated[PlanGap | OneCostLoad | ProbeOnSomeLoads | LoadsMissing | FirstRequestCached
+                | CostLoadRefused | SweepPointsMissing | SweepPointsShort | SpeedSkipped
+                | StartupNotCompared, Field(discriminator="kind")]
+GAPS: tuple[type[Finding], ...] = (PlanGap, OneCostLoad, ProbeOnSomeLoads, LoadsMissing,
+                                   FirstRequestCached, CostLoadRefused, SweepPointsMissing,
+                                   SweepPointsShort, SpeedSkipped, StartupNotCompared)
 
 
 class FailedLaunch(Finding):
