@@ -757,3 +757,44 @@ def test_vllm_on_cuda_first_contact_the_seed_s_other_signature(tmp_path: Path):
     assert {s["flashinfer_autotune"] for s in said.values()} == {
         "ran, no tuned entries: default tactics"}
     assert {s["attention_backend"] for s in said.values()} == {"FLASH_ATTN"}
+
+
+def test_vllm_on_cuda_batch_invariance_across_loads_and_what_it_costs(tmp_path: Path):
+    """h200-vllm-batch-invariant (issue 44, one H100 80GB, one lease): vLLM 0.26.0 with
+    CUDA, stock against VLLM_BATCH_INVARIANT=1, 2 combined cold loads per arm (torch.compile's
+    cache shared between an arm's loads, as vLLM keeps it by default). Stock is
+    bit-identical across its cold loads and between repeats, and moves 4 of 16 texts with
+    the scoring batch (8 against 1, all in the 256-token bucket, first differing at position
+    128) and under concurrency from 2 in flight; batch-invariant is bit-identical
+    everywhere and ships, at a speed cost (decode -20 % at 512 tokens one at a time)."""
+    run = _committed("h200-vllm-batch-invariant", tmp_path)
+    _one_room(run)
+    summary = rederives(run)
+    evidence = read_evidence(run)
+    ready = [x for rec in evidence.loads for x in rec.launches if x.seconds_to_ready]
+    assert len(ready) == 4 and {x.cache_policy for x in ready} == {"shared"}
+    assert {(x.wheel_set or {}).get("wheel_set") for x in ready} == {"vllm-0.26.0"}
+    arms = summary.arms
+    assert [(p.moved, p.compared) for a in arms.values() for p in a.across_load] == [
+        (0, 16), (0, 16)]
+    assert {arm: [(p.batch_size, p.moved) for p in a.batch_size] for arm, a in arms.items()} \
+        == {"baseline": [(8, 4), (8, 4)], "batch_invariant": [(8, 0), (8, 0)]}
+    conc = arms["baseline"].concurrency
+    assert conc is not None and conc.control_ok
+    assert {(c.kind, c.length) for c in conc.table.cells if (c.distinct or 0) > 1} == {
+        ("score", 512), ("score", 2048), ("generate", 2048)}
+    assert [f.scope for f in arms["baseline"].signature.findings] == [
+        "batch size", "concurrency"]
+    assert arms["batch_invariant"].signature.name == "bit-identical"
+    factors = summary.factors
+    assert factors is not None and (factors.ship.arm, factors.ship.meets) == (
+        "batch_invariant", True)
+    decode = {(c.prompt_tokens, c.concurrency): c for c in summary.comparisons[0].speed
+              if c.metric == "decode_tok_s"}
+    assert decode[512, 1].verdict == "cost" and decode[512, 8].verdict == "gain"
+    assert round(decode[512, 1].mean_b / decode[512, 1].mean_a - 1, 3) == -0.203
+    for arm in arms:
+        survival = summary.costs[arm].survival
+        assert survival is not None and survival.largest_ok_length["1"] == 8191
+        reuse = prefix_of(summary, arm)
+        assert reuse is not None and reuse.later_cached_tokens == 2048
