@@ -21,25 +21,12 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from servediff.analysis.findings import (
-    BatchSizeDrift,
-    CacheArmsDrift,
-    CacheSplitDrift,
-    ConcurrencyDrift,
-    ControlDrift,
-    LoadsDrift,
-    RepeatDrift,
-)
-
 # Fields that schema 1 held as sentences (or lists of them).
 WORDS = frozenset({"signature", "signature_meaning", "headline", "text", "regime", "fix",
                    "coverage", "gaps", "untested", "reason"})
 
 Leaf = str | int | float | bool | None
-# the fields of each scope's drift finding (schema 18)
-DRIFT_SCOPES = {cls.model_fields["scope"].default: set(cls.model_fields)
-                for cls in (ControlDrift, RepeatDrift, BatchSizeDrift, ConcurrencyDrift,
-                            CacheSplitDrift, CacheArmsDrift, LoadsDrift)}
+
 
 
 def leaves(data: JsonValue, path: str = "", skip: frozenset[str] = frozenset()
@@ -63,23 +50,12 @@ def leaves(data: JsonValue, path: str = "", skip: frozenset[str] = frozenset()
 def upgrade(stored: dict[str, Any]) -> dict[str, Any]:
     """An older summary in today's shape, where a version moved what it holds.
 
-    Schema 18: a drift finding is one class per scope, without the other scopes' fields.
     Schema 17: the prefix probe's finding left `costs.<arm>.prefix` for
     `probe_findings.prefix.arms.<arm>`, and its claims and factor property became those
     of a probe with a finding of its own (topic "probe"); the numbers they held are the
     finding's."""
     out = copy.deepcopy(stored)
     version = int(out.get("schema_version") or 0)
-    if version < 18:
-        # one class per drift finding's scope: the fields of the others, empty, are gone
-        for arm in (out.get("arms") or {}).values():
-            signature = arm.get("signature") if isinstance(arm, dict) else None
-            for finding in (signature.get("findings") or []
-                            if isinstance(signature, dict) else []):
-                kept = DRIFT_SCOPES.get(finding.get("scope"))
-                for key in [k for k in finding if kept is not None and k not in kept]:
-                    if finding[key] in (None, [], False):
-                        del finding[key]
     if version >= 17:
         return out
     arms = {arm: c.pop("prefix") for arm, c in (out.get("costs") or {}).items()
