@@ -81,12 +81,6 @@ def upgrade(stored: dict[str, Any]) -> dict[str, Any]:
     return walked
 
 
-def _equal(old: Any, new: Any, path: str, skip: frozenset[str]) -> bool:
-    trial: list[str] = []
-    _across(old, new, path, skip, trial)
-    return not trial
-
-
 def _across(old: Any, new: Any, path: str, skip: frozenset[str], out: list[str]) -> int:
     """Every leaf of `old` looked up in `new` (differences appended to `out`); a list's item
     is matched with the new item at its index, else with any equal one of the list."""
@@ -112,17 +106,20 @@ def _across(old: Any, new: Any, path: str, skip: frozenset[str], out: list[str])
         for i, item in enumerate(old):
             sub = f"{path}[{i}]"
             ahead = [i] if i < len(new) else []
-            match = next((j for j in [*ahead, *range(len(new))] if j not in used
-                          and _equal(item, new[j], sub, skip)), None)
-            if match is not None:
-                used.add(match)
-                count += _across(item, new[match], sub, skip, [])
-            elif ahead:
-                count += _across(item, new[i], sub, skip, out)
+            for j in (j for j in [*ahead, *range(len(new))] if j not in used):
+                trial: list[str] = []
+                compared = _across(item, new[j], sub, skip, trial)
+                if not trial:  # found, equal, at j
+                    used.add(j)
+                    count += compared
+                    break
             else:
-                missing = list(leaves(item, sub, skip))
-                out += [f"{p}: {v!r} -> (missing)" for p, v in missing]
-                count += len(missing)
+                if ahead:
+                    count += _across(item, new[i], sub, skip, out)
+                else:
+                    missing = list(leaves(item, sub, skip))
+                    out += [f"{p}: {v!r} -> (missing)" for p, v in missing]
+                    count += len(missing)
         return count
     value = "{}" if old == {} else "[]" if old == [] else old
     theirs = "{}" if new == {} else "[]" if new == [] else new

@@ -114,6 +114,11 @@ class Probe(ABC, Generic[S]):
         return self.settings.section
 
     @property
+    def compares(self) -> str:
+        """What its claims compare, in the attribution's and the packet's words."""
+        return self.property_name or self.title
+
+    @property
     def phase(self) -> Phase:
         return self.settings.phase
 

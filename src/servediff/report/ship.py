@@ -127,8 +127,7 @@ def property_text(p: Property) -> str:
     if p.topic == "capacity":
         return "KV capacity" if p.what == "kv" else "concurrent sequences"
     if p.topic == "probe" and p.probe:
-        probe = probes.by_section(p.probe)
-        return probe.property_name or probe.title
+        return probes.by_section(p.probe).compares
     return {"startup": "start-up to ready", "starts": "whether the engine starts"}[p.topic]
 
 

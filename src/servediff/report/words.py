@@ -166,8 +166,7 @@ def costs_of(found: Iterable[str], measured: Sequence[str]) -> str:
     """What an arm may cost, in words: the costs every run measures, then what each probe
     with a finding of its own (by section) compares ("speed, capacity, survival or prefix
     reuse")."""
-    items = [*measured, *(probe.property_name or probe.title
-                          for probe in map(probes.by_section, found))]
+    items = [*measured, *(probes.by_section(section).compares for section in found)]
     if len(items) == 1:
         return items[0]
     # an item with an "or" of its own needs the comma before the last one

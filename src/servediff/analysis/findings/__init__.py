@@ -136,9 +136,6 @@ from servediff.analysis.findings.factors import (
     Ship as Ship,
 )
 from servediff.analysis.findings.gaps import (
-    GAPS as GAPS,
-)
-from servediff.analysis.findings.gaps import (
     ArmGap as ArmGap,
 )
 from servediff.analysis.findings.gaps import (

@@ -104,9 +104,6 @@ class StartupNotCompared(ArmGap):
 Gap = Annotated[PlanGap | OneCostLoad | ProbeOnSomeLoads | LoadsMissing | FirstRequestCached
                 | CostLoadRefused | SweepPointsMissing | SweepPointsShort | SpeedSkipped
                 | StartupNotCompared, Field(discriminator="kind")]
-GAPS: tuple[type[Finding], ...] = (PlanGap, OneCostLoad, ProbeOnSomeLoads, LoadsMissing,
-                                   FirstRequestCached, CostLoadRefused, SweepPointsMissing,
-                                   SweepPointsShort, SpeedSkipped, StartupNotCompared)
 
 
 class FailedLaunch(Finding):
