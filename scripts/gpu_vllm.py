@@ -12,8 +12,9 @@ by transformers), served in bf16. The arms come from two factors on vLLM as it c
 (FlashAttention 3, torch.compile, CUDA graphs):
 - `batch_invariant`: VLLM_BATCH_INVARIANT=1, vLLM's batch-invariant kernels;
 - `eager`: --enforce-eager (no torch.compile, no CUDA graphs).
-`h200-vllm-batch-invariant` is the first factor alone (2 arms, 4 starts), for a lease
-too short for both.
+`h200-vllm-batch-invariant` is the first factor alone (2 arms, 4 starts, torch.compile's
+cache shared between an arm's loads) and `h200-vllm-eager` the second (fresh caches), each
+for a lease too short for both.
 2 combined cold loads per arm (A B B A), on one machine, each running the drift probes
 and then the cost probes: 8 starts where separate drift and cost loads take 16. The drift
 probes score, repeat and re-batch the corpus, send identical requests at 1, 2, 4 and 8 in
@@ -71,26 +72,29 @@ def launch(device: str) -> str:
                         {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}, {}, CACHE_ON)
 
 
+FACTORS = {"batch_invariant": '[factors.batch_invariant]\nenv = { VLLM_BATCH_INVARIANT = "1" }\n',
+           "eager": '[factors.eager]\nargs = ["--enforce-eager"]\n'}
+
+
 def plans(device: str, model: Path) -> list[tuple[str, str]]:
-    return [(name, plan(name, device, model, full)) for name, full in (
-        ("h200-vllm-signature", True),
-        # the batch-invariant factor alone, for a lease too short for the whole plan: 4 cold
-        # starts where both factors take 8, torch.compile's cache shared between the loads
-        # of an arm (vLLM's own default keeps it in ~/.cache/vllm), the sweep at one level,
-        # 2 speed replicates
-        ("h200-vllm-batch-invariant", False))]
+    return [(name, plan(name, device, model, factors, cache)) for name, factors, cache in (
+        ("h200-vllm-signature", ("batch_invariant", "eager"), "fresh"),
+        # one factor alone, for a lease too short for the whole plan: 4 cold starts where
+        # both factors take 8, the sweep at one level, 2 speed replicates. torch.compile's
+        # cache is shared between the loads of an arm in the first (vLLM's own default
+        # keeps it in ~/.cache/vllm) and fresh per load in the second
+        ("h200-vllm-batch-invariant", ("batch_invariant",), "shared"),
+        ("h200-vllm-eager", ("eager",), "fresh"))]
 
 
-def plan(name: str, device: str, model: Path, full: bool) -> str:
+def plan(name: str, device: str, model: Path, factors: tuple[str, ...], cache: str) -> str:
     gpu = device == "cuda"
-    served = launch(device)
-    if not full:
-        served = served.replace("[launch]\n", '[launch]\ncache_policy = "shared"\n')
+    full = len(factors) == len(FACTORS)
+    served = launch(device).replace("[launch]\n", f'[launch]\ncache_policy = "{cache}"\n')
     return (
         f'name = "{name}"\nengine = "vllm"\nmodel = "{model}"\n'
         'loads_per_arm = 2\ncost_loads_per_arm = 2\nloads = "combined"\n' + served
-        + '[factors.batch_invariant]\nenv = { VLLM_BATCH_INVARIANT = "1" }\n'
-        + ('[factors.eager]\nargs = ["--enforce-eager"]\n' if full else "")
+        + "".join(FACTORS[f] for f in factors)
         + f"[corpus]\nmax_texts = {16 if gpu else 4}\n"
         + "[probes.repeat]\ncount = 1\nbatch_sizes = [8]\n"
         + f"[probes.concurrency]\nlengths = [512, {2048 if gpu else 1024}]\n"
