@@ -820,3 +820,85 @@ def test_vllm_on_cuda_batch_invariance_across_loads_and_what_it_costs(tmp_path: 
         assert survival is not None and survival.largest_ok_length["1"] == 8191
         reuse = prefix_of(summary, arm)
         assert reuse is not None and reuse.later_cached_tokens == 2048
+
+
+
+def _made_by_the_script(run: Path, example: str, tmp_path: Path) -> None:
+    """The bundle's locked plan is the example as scripts/cpu_combined.py runs it."""
+    from scripts.cpu_combined import variants
+    from servediff.plan import load_plan_file, lock
+
+    text = dict(variants((ROOT / "docs" / "examples" / f"{example}.toml").read_text(),
+                         example))[run.name.removesuffix("-again")]
+    path = tmp_path / "plans" / f"{example}.toml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    plan, corpus = load_plan_file(path)
+    assert lock(plan, corpus).sha256 == json.loads(
+        (run / "plan.lock.json").read_text())["sha256"]
+
+
+def _drift_answer(summary: Summary) -> dict[str, object]:
+    """Per arm: its signature, the kinds of drift it found, and the texts each comparison
+    across loads and batch sizes moved."""
+    return {arm: (a.signature.name, [f.scope for f in a.signature.findings],
+                  [p.moved for p in a.across_load], [p.moved for p in a.batch_size])
+            for arm, a in summary.arms.items()}
+
+
+def _bands_apart(one: Summary, two: Summary) -> list[tuple[int, int, str]]:
+    """The speed comparisons (prompt tokens, in flight, metric) of two runs of one two-arm
+    plan whose 95 % bands of the difference do not overlap."""
+    rows = [{(c.prompt_tokens, c.concurrency, c.metric): c.difference_band95
+             for c in s.comparisons[0].speed if c.difference_band95 is not None}
+            for s in (one, two)]
+    assert len(rows[0]) == 12 and rows[0].keys() == rows[1].keys()
+    return sorted(key for key, (lo, hi) in rows[0].items()
+                  if hi < rows[1][key][0] or rows[1][key][1] < lo)
+
+
+@pytest.mark.parametrize("example", ["embedded-combined", "vllm-combined"])
+def test_combined_loads_give_the_separate_answer_on_a_real_engine(example: str,
+                                                                  tmp_path: Path):
+    """cpu-<example> and cpu-<example>-separate (issue 46; docs/validation/README.md): one
+    two-arm plan on a real engine on this project's 2-core CPU, with drift and cost probes
+    in each cold load and with separate drift and cost loads. The same drift answer, the
+    same KV pool, survival and prefix reuse, in half the cold loads. On the embedded engine
+    every speed difference's band overlaps the separate run's; on vLLM 4 of 12 do not,
+    and a second combined run (`-again`) overlaps the separate run in all 12 and misses
+    the first combined run in one: two runs of one mode differ as the two modes do."""
+    combined = _committed(f"cpu-{example}", tmp_path)
+    separate = _committed(f"cpu-{example}-separate", tmp_path)
+    runs = [combined, separate]
+    if example == "vllm-combined":
+        runs.append(_committed(f"cpu-{example}-again", tmp_path))
+    for run in runs:
+        _made_by_the_script(run, example, tmp_path)
+    summaries = [rederives(run) for run in runs]
+    one, two = summaries[:2]
+    assert [s.setup.loads for s in summaries] == ["combined", "separate", "combined"][
+        :len(runs)]
+    starts = [sum(1 for rec in read_evidence(run).loads for x in rec.launches
+                  if x.seconds_to_ready is not None) for run in runs]
+    assert starts == [2 * len(one.arms), 4 * len(one.arms), 2 * len(one.arms)][:len(runs)]
+    assert all(_drift_answer(s) == _drift_answer(two) for s in summaries)
+    if one.factors is not None and two.factors is not None:
+        assert (one.factors.ship.arm, one.factors.ship.meets) == (
+            two.factors.ship.arm, two.factors.ship.meets)
+    for s in summaries[::2]:
+        for arm in s.arms:
+            a, b = s.costs[arm], two.costs[arm]
+            assert a.capacity.kv_tokens == b.capacity.kv_tokens
+            assert a.survival is not None and b.survival is not None
+            assert a.survival.largest_ok_length == b.survival.largest_ok_length
+            pa, pb = prefix_of(s, arm), prefix_of(two, arm)
+            assert pa is not None and pb is not None
+            assert pa.later_cached_tokens == pb.later_cached_tokens
+    if example == "embedded-combined":
+        assert _bands_apart(one, two) == []
+        return
+    again = summaries[2]
+    assert _bands_apart(one, two) == [(1024, 1, "prefill_tok_s"), (1024, 1, "ttft_s"),
+                                      (1024, 2, "prefill_tok_s"), (1024, 2, "ttft_s")]
+    assert _bands_apart(again, two) == []
+    assert _bands_apart(one, again) == [(256, 2, "decode_tok_s")]
