@@ -100,20 +100,20 @@ def test_an_older_summary_s_moved_numbers_are_still_compared(tmp_path: Path):
     """Schema 17 moved the prefix probe's finding (costs.<arm>.prefix) and claims. A number
     changed in a schema-16 summary is still named, at its place in today's shape, and a
     claim that moved within its list is found wherever it stands."""
-    with tarfile.open(ROOT / "docs" / "validation" / "h200-vllm-signature.tar.gz") as tar:
+    with tarfile.open(ROOT / "docs" / "validation" / "h200-sglang-smollm2.tar.gz") as tar:
         tar.extractall(tmp_path, filter="data")
-    run = tmp_path / "h200-vllm-signature"
+    run = tmp_path / "h200-sglang-smollm2"
     stored = json.loads((run / "summary.json").read_text())
     assert stored["schema_version"] == 16
     derived = json.loads(summarize(read_evidence(run)).model_dump_json())
     assert differences(stored, derived, limit=0)[1] == []
     stored["costs"]["baseline"]["prefix"]["later_ttft_s"] += 1
     (prefix,) = [c for c in stored["verdict"]["pairs"][0]["claims"] if c["topic"] == "prefix"]
-    prefix["kind"] = "cost"
-    stored["costs"]["eager"]["capacity"]["kv_tokens"] += 1
+    prefix["kind"] = "gain" if prefix["kind"] == "cost" else "cost"
+    stored["costs"]["deterministic"]["capacity"]["kv_tokens"] += 1
     _, diffs = differences(stored, derived, limit=0)
     assert [d.split(":")[0] for d in diffs] == [
-        "costs.eager.capacity.kv_tokens",
+        "costs.deterministic.capacity.kv_tokens",
         "probe_findings.prefix.arms.baseline.later_ttft_s",
         f"verdict.pairs[0].claims[{stored['verdict']['pairs'][0]['claims'].index(prefix)}].kind"]
 

@@ -118,6 +118,23 @@ def test_no_cost_found_is_stated_with_its_regime_and_what_was_not_tested(tmp_pat
                                         "sweep"}
 
 
+@pytest.mark.parametrize(("kv_b", "kind", "said"), [
+    # vLLM on an H100: batch-invariant kernels left 0.4 % more memory for the pool
+    (1_080_448, "note", "1,080,448 vs `a` 1,076,400 tokens (+0.4%), the same within 1%"),
+    (1_076_400, "note", "1,076,400 vs `a` 1,076,400 tokens (+0%), the same"),
+    (1_065_000, "cost", "1,065,000 vs `a` 1,076,400 tokens (-1%)"),
+    (1_090_000, "gain", "1,090,000 vs `a` 1,076,400 tokens (+1%)")])
+def test_a_kv_pool_within_a_percent_is_the_same_pool(kv_b: int, kind: str, said: str,
+                                                     tmp_path: Path):
+    cells = [cell(arm, load) for arm in ("a", "b") for load in (1, 2)]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, cost=True, capacity={
+        "a": {"kv_tokens": 1_076_400}, "b": {"kv_tokens": kv_b}})))
+    (pair,) = summary.verdict.pairs
+    (kv,) = [c for c in pair.claims if claim_text(c).startswith("KV pool")]
+    assert (kv.kind, claim_text(kv)) == (kind, f"KV pool: `b` {said}")
+    assert pair.costs == (kind == "cost")
+
+
 def test_a_speed_difference_outside_the_band_is_a_cost_with_its_size(tmp_path: Path):
     cells = [cell(arm, 1) for arm in ("a", "b")]
     for load in (1, 2):

@@ -74,13 +74,25 @@ def speed_claims(comparison: CostComparison, costs: Mapping[str, ArmCosts]) -> l
     return out
 
 
+# A KV pool within this fraction of the baseline's is the same pool: an engine sizes it
+# from the memory free at start, which moves by a fraction of a percent with the kernels'
+# workspaces and between launches (0.4 % and 0.55 % on the H200, docs/validation), not
+# what the server can hold.
+KV_SAME_WITHIN = 0.01
+
+
+def kv_differs(ka: int | float, kb: int | float) -> bool:
+    """Whether two reported KV pools differ by more than KV_SAME_WITHIN of the first."""
+    return abs(kb - ka) > KV_SAME_WITHIN * ka
+
+
 def capacity_claims(a: str, b: str, costs: Mapping[str, ArmCosts]) -> list[Claim]:
     ca, cb = costs[a].capacity, costs[b].capacity
     evidence = sorted({*ca.evidence, *cb.evidence})
     out: list[Claim] = []
     ka, kb = ca.kv_tokens, cb.kv_tokens
     if ka and kb:
-        kind: ClaimKind = "cost" if kb < ka else "gain" if kb > ka else "note"
+        kind: ClaimKind = ("cost" if kb < ka else "gain") if kv_differs(ka, kb) else "note"
         out.append(CapacityClaim(kind=kind, evidence=evidence, what="kv", baseline=a, arm=b,
                                  value_a=ka, value_b=kb))
     elif ka or kb:

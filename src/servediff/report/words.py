@@ -54,6 +54,7 @@ from servediff.analysis.findings import (
     SweepPointView,
     TrendClaim,
 )
+from servediff.analysis.verdict import KV_SAME_WITHIN
 from servediff.digits import num3
 from servediff.evidence import RequestKind
 from servediff.probes.base import Untested
@@ -376,7 +377,12 @@ def _capacity_text(c: CapacityClaim) -> str:
     if not (va and vb):
         return f"KV pool reported for one arm only ({a}: {_known(va)}, {b}: {_known(vb)})"
     text = f"KV pool: `{b}` {vb:,} vs `{a}` {va:,} tokens ({vb / va - 1:+.0%})"
-    return text + ", the same" if c.kind == "note" else text
+    if c.kind != "note":
+        return text
+    if va == vb:
+        return text + ", the same"
+    return (f"KV pool: `{b}` {vb:,} vs `{a}` {va:,} tokens ({vb / va - 1:+.1%}), the same "
+            f"within {KV_SAME_WITHIN:.0%}")
 
 
 def _known(x: float | None) -> str:
