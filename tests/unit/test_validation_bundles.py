@@ -363,9 +363,14 @@ def test_cost_loads_on_ray_on_an_h200_ran_alone_on_their_node(tmp_path: Path):
 
 def made_by_its_example(run: Path, example: str) -> None:
     """The bundle's locked plan is the committed example plan, to its sha256."""
+    locked_from(run, ROOT / "docs" / "examples" / f"{example}.toml")
+
+
+def locked_from(run: Path, plan_file: Path) -> None:
+    """The bundle's locked plan is the plan in `plan_file`, to its sha256."""
     from servediff.plan import load_plan_file, lock
 
-    plan, corpus = load_plan_file(ROOT / "docs" / "examples" / f"{example}.toml")
+    plan, corpus = load_plan_file(plan_file)
     assert lock(plan, corpus).sha256 == json.loads(
         (run / "plan.lock.json").read_text())["sha256"]
 
@@ -822,20 +827,16 @@ def test_vllm_on_cuda_batch_invariance_across_loads_and_what_it_costs(tmp_path: 
         assert reuse is not None and reuse.later_cached_tokens == 2048
 
 
-
 def _made_by_the_script(run: Path, example: str, tmp_path: Path) -> None:
     """The bundle's locked plan is the example as scripts/cpu_combined.py runs it."""
     from scripts.cpu_combined import variants
-    from servediff.plan import load_plan_file, lock
 
     text = dict(variants((ROOT / "docs" / "examples" / f"{example}.toml").read_text(),
                          example))[run.name.removesuffix("-again")]
     path = tmp_path / "plans" / f"{example}.toml"
     path.parent.mkdir(exist_ok=True)
     path.write_text(text)
-    plan, corpus = load_plan_file(path)
-    assert lock(plan, corpus).sha256 == json.loads(
-        (run / "plan.lock.json").read_text())["sha256"]
+    locked_from(run, path)
 
 
 def _drift_answer(summary: Summary) -> dict[str, object]:

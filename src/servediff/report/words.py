@@ -376,13 +376,13 @@ def _capacity_text(c: CapacityClaim) -> str:
         return f"maximum concurrency: `{b}` {num3(vb)} vs `{a}` {num3(va)} ({vb / va - 1:+.0%})"
     if not (va and vb):
         return f"KV pool reported for one arm only ({a}: {_known(va)}, {b}: {_known(vb)})"
-    text = f"KV pool: `{b}` {vb:,} vs `{a}` {va:,} tokens ({vb / va - 1:+.0%})"
+    # a pool the same within KV_SAME_WITHIN but not equal shows the tenth that tells it
+    near = c.kind == "note" and va != vb
+    share = f"{vb / va - 1:+.1%}" if near else f"{vb / va - 1:+.0%}"
+    text = f"KV pool: `{b}` {vb:,} vs `{a}` {va:,} tokens ({share})"
     if c.kind != "note":
         return text
-    if va == vb:
-        return text + ", the same"
-    return (f"KV pool: `{b}` {vb:,} vs `{a}` {va:,} tokens ({vb / va - 1:+.1%}), the same "
-            f"within {KV_SAME_WITHIN:.0%}")
+    return text + (f", the same within {KV_SAME_WITHIN:.0%}" if near else ", the same")
 
 
 def _known(x: float | None) -> str:
