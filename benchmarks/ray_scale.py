@@ -26,7 +26,7 @@ from ray.cluster_utils import Cluster
 from servediff import models
 from servediff.plan import resolve_plan
 from servediff.runner import Runner, SilentObserver
-from servediff.scale.ray_run import RayRunner
+from servediff.scale.ray_run import OnRay
 from tests.integration.test_ray import PLAN
 
 
@@ -41,8 +41,8 @@ def main() -> None:
             t0 = time.monotonic()
             Runner(plan, corpus, Path(tmp) / "serial", Path.cwd(), SilentObserver()).run()
             serial = time.monotonic() - t0
-            runner = RayRunner(plan, corpus, Path(tmp) / "ray", Path.cwd(), SilentObserver())
-            runner.address = cluster.address
+            runner = Runner(plan, corpus, Path(tmp) / "ray", Path.cwd(), SilentObserver(),
+                            placement=OnRay(cluster.address))
             t0 = time.monotonic()
             runner.run()
             parallel = time.monotonic() - t0

@@ -4,8 +4,8 @@ Which cells a load still has to measure, when a load is started again, when
 an arm is given up (its engine refused every launch), and when the drift
 answer is announced: each time an arm's drift loads are all done, and once
 before the first cost load when some arm's drift loads are not (the
-`Observer` contract). `Runner` and `RayRunner` both ask a `LoadPolicy`; they
-differ only in where a load runs.
+`Observer` contract). The runner's one load loop asks a `LoadPolicy`, whichever
+placement (this machine or a Ray cluster) runs its launches.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class LoadPolicy:
         return done + sum(len(k.sweep) for k in kept)
 
     def turns(self, arm: str, load: int, phase: Phase) -> LoadTurns:
-        """The launches of one load, as both runners take them."""
+        """The launches of one load, as the load loop takes them."""
         return LoadTurns(self, arm, load, phase)
 
     # --- around one load ------------------------------------------------------------
@@ -136,8 +136,8 @@ class LoadPolicy:
 class LoadTurns:
     """The launches of one load, one after another: whether another starts and what it
     measures (`next`), and what the one that ended changed (`ended`). The retry rule lives
-    here and in the policy alone; a local run calls these in a loop, a Ray run as each
-    placement's launches come back."""
+    here and in the policy alone; the runner's load loop calls these for each lane, as
+    its placement's launches end."""
 
     def __init__(self, policy: LoadPolicy, arm: str, load: int, phase: Phase) -> None:
         self.policy, self.arm, self.load, self.phase = policy, arm, load, phase

@@ -5,9 +5,11 @@ interrupted run resumes without redoing finished cells), resolves the model
 once, and runs each load that has work left as an `EngineLaunch`: start cold,
 hand each missing cell to its probe, stop and record. An engine that fails
 to start or dies mid-load is recorded in the load record; the load is
-started again for the cells it left, and the run goes on. The launcher and
-the client factory are injected, so the whole schedule runs against a fake
-in tests. The runner never prints: it reports to an `Observer`.
+started again for the cells it left, and the run goes on. Where launches run is
+the runner's `Placement`: this machine (`Here`, one lane), or a Ray placement group per
+comparison (scale/ray_run.py); the load loop and its retry rule (policy.py) are the
+same for both. The launcher and the client factory are injected, so the whole schedule
+runs against a fake in tests. The runner never prints: it reports to an `Observer`.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from servediff import hub, models, room, secret_env
 from servediff.bundle import (
@@ -45,7 +50,7 @@ from servediff.evidence import SCHEMA_VERSION, Cell, LoadRecord, ModelSource, Ph
 from servediff.hub import HubId
 from servediff.launch import EngineLaunch
 from servediff.plan import Plan, lock
-from servediff.policy import LoadPolicy
+from servediff.policy import LoadPolicy, LoadTurns
 from servediff.probes import by_cell
 from servediff.probes.context import ProbeContext
 from servediff.schedule import CellSpec, schedule
@@ -143,16 +148,110 @@ def check_cells(layout: Layout, say: Callable[[str], None]) -> None:
             "to have them measured again")
 
 
+LoadKey = tuple[str, int, Phase]
+
+
+@dataclass
+class Lane:
+    """Loads measured one after another, in the schedule's order: every load of a local
+    run, or one comparison's on a cluster, where lanes run side by side."""
+
+    arms: list[str]
+    loads: deque[LoadKey]
+    turns: LoadTurns | None = None  # the launches of the load at the head of `loads`
+    running: bool = False
+
+    def waiting(self) -> Phase | None:
+        """The phase of the load this lane waits to start (None: one runs, or it is done)."""
+        return self.loads[0][2] if not self.running and self.loads else None
+
+
+class Measuring(Protocol):
+    """A placement at work on a run's lanes."""
+
+    def start(self, lane: Lane, key: LoadKey, todo: list[CellSpec]) -> bool:
+        """Start the next launch of the load at the head of `lane` to measure `todo`;
+        False while it must wait (its node is not ready, or not free for a cost load)."""
+
+    def ended(self) -> list[Lane]:
+        """The lanes whose launch has ended since the last call, its files in the bundle
+        (a local launch has ended by the time `start` returns)."""
+
+
+class Placement(Protocol):
+    """Where a run's loads are measured: this machine (`Here`), or a Ray placement group
+    per comparison (`scale.ray_run.OnRay`). The runner's one loop decides which launch
+    comes next (the policy's retry rule); the placement runs it and says when it ended."""
+
+    def open(self, context: RunContext) -> None:
+        """Before anything is written: refuse a run this placement cannot measure."""
+
+    def lanes(self, plan: Plan) -> list[list[str]]:
+        """The arms of each lane."""
+
+    def measuring(self, context: RunContext, base_dir: Path,
+                  lanes: list[Lane]) -> AbstractContextManager[Measuring]:
+        """The placement at work on `lanes` until the run's loads are done or it stops."""
+
+
+class Here:
+    """This machine: every load of the run one after another, in one lane. Every
+    comparison is measured in one room: a run started on another machine (or another GPU
+    model) is not continued here unless the plan says cross_machine."""
+
+    def open(self, context: RunContext) -> None:
+        here, layout = room.here(), context.layout
+        seen = {room.of(x) for path in layout.loads()
+                for x in read_record(path, LoadRecord).launches if x.machine is not None}
+        if seen and not any(here.same(x) for x in seen) and not context.plan.cross_machine:
+            there = ", ".join(sorted(x.label() for x in seen))
+            raise BundleError(
+                f"{layout.root}: its loads were measured on {there}; this machine is "
+                f"{here.label()} (# is the fingerprint of its machine id and GPUs). A "
+                "comparison is measured in one room: resume it there, or set "
+                "cross_machine = true in the plan (both machines are then named in the "
+                "report)")
+
+    def lanes(self, plan: Plan) -> list[list[str]]:
+        return [list(plan.arms)]
+
+    @contextmanager
+    def measuring(self, context: RunContext, base_dir: Path,
+                  lanes: list[Lane]) -> Iterator[Measuring]:
+        yield Local(context, resolve_model(context.plan, context.adapter, base_dir,
+                                           context.observer.note))
+
+
+class Local:
+    """Launches measured here, each to its end before `start` returns."""
+
+    def __init__(self, context: RunContext, model: ServedModel) -> None:
+        self.context, self.model = context, model
+        self.done: list[Lane] = []
+
+    def start(self, lane: Lane, key: LoadKey, todo: list[CellSpec]) -> bool:
+        measure_load(self.context, *key, todo, self.model)
+        self.done.append(lane)
+        return True
+
+    def ended(self) -> list[Lane]:
+        done, self.done = self.done, []
+        return done
+
+
 class Runner:
-    """The local run of a locked plan: its loads one after another on this machine."""
+    """The run of a locked plan: its loads in the schedule's order, in the lanes of its
+    placement (this machine unless another is given)."""
 
     def __init__(self, plan: Plan, corpus: Corpus, root: Path, base_dir: Path,
                  observer: Observer, launcher: Launcher = EngineProcess,
-                 clients: ClientFactory = make_client) -> None:
+                 clients: ClientFactory = make_client,
+                 placement: Placement | None = None) -> None:
         self.context = RunContext(plan=plan, corpus=corpus,
                                   adapter=registry.create(plan.engine), layout=Layout(root),
                                   observer=observer, launcher=launcher, clients=clients)
         self.base_dir = base_dir
+        self.placement: Placement = placement or Here()
         self.policy = LoadPolicy(plan, self.context.layout, observer)
         # the plan as locked; the one measured adds a design's confirmation arm once the
         # run directory says which (bundle.as_run)
@@ -163,6 +262,8 @@ class Runner:
         return self.context.layout
 
     def run(self) -> None:
+        # refused before anything is written: another machine's run, no Ray cluster
+        self.placement.open(self.context)
         ensure_writable(self.layout.root)
         with exclusive(self.layout.root):
             self._run()
@@ -192,29 +293,12 @@ class Runner:
                 context.write_load(record)
         write_manifest(self.layout.root)
 
-    def check_room(self) -> None:
-        """Every comparison is measured in one room: a run started on another machine (or
-        another GPU model) is not continued here unless the plan says cross_machine. (A
-        Ray run's rooms are its comparisons' nodes, named in every launch.)"""
-        here = room.here()
-        seen = {room.of(x) for path in self.layout.loads()
-                for x in read_record(path, LoadRecord).launches if x.machine is not None}
-        if seen and not any(here.same(x) for x in seen) and not self.context.plan.cross_machine:
-            there = ", ".join(sorted(x.label() for x in seen))
-            raise BundleError(
-                f"{self.layout.root}: its loads were measured on {there}; this machine is "
-                f"{here.label()} (# is the fingerprint of its machine id and GPUs). A "
-                "comparison is measured in one room: resume it there, or set "
-                "cross_machine = true in the plan (both machines are then named in the "
-                "report)")
-
     def _run(self) -> None:
         context = self.context
         check_cells(self.layout, context.observer.note)
         self.reap()
         write_lock(self.layout.root, lock(self.locked_plan, context.corpus))
         write_manifest(self.layout.root)
-        self.check_room()
         context.plan = self.policy.plan = as_run(self.layout.root, self.locked_plan)
         policy = self.policy
         todo = {x: cells for x in schedule(context.plan) if (cells := policy.todo(*x))}
@@ -226,20 +310,35 @@ class Runner:
         policy.begin(pending[0][2])
         self.measure(pending)
 
-    def measure(self, pending: list[tuple[str, int, Phase]]) -> None:
-        """Run the pending loads here, one after another, in the schedule's order."""
-        policy = self.policy
-        model = resolve_model(self.context.plan, self.context.adapter, self.base_dir,
-                              self.context.observer.note)
-        for arm, load, phase in pending:
-            turns = policy.turns(arm, load, phase)
-            while (cells := turns.next()) is not None:
-                self.run_load(arm, load, phase, cells, model)
-                turns.ended()
+    def measure(self, pending: list[LoadKey]) -> None:
+        """The one load loop: each lane's pending loads in the schedule's order, the lanes
+        side by side; each load's launches as the policy allows."""
+        lanes = [Lane(arms, deque(x for x in pending if x[0] in arms))
+                 for arms in self.placement.lanes(self.context.plan)]
+        lanes = [lane for lane in lanes if lane.loads]
+        with self.placement.measuring(self.context, self.base_dir, lanes) as measuring:
+            while any(lane.loads for lane in lanes):
+                for lane in lanes:
+                    self.advance(lane, measuring)
+                for lane in measuring.ended():
+                    assert lane.turns is not None
+                    lane.running = False
+                    lane.turns.ended()
 
-    def run_load(self, arm: str, load: int, phase: Phase, todo: list[CellSpec],
-                 model: ServedModel) -> None:
-        measure_load(self.context, arm, load, phase, todo, model)
+    def advance(self, lane: Lane, measuring: Measuring) -> None:
+        """Start the lane's next launch, passing over the loads that are over."""
+        while not lane.running and lane.loads:
+            key = lane.loads[0]
+            if lane.turns is None:
+                lane.turns = self.policy.turns(*key)
+            todo = lane.turns.next()
+            if todo is None:
+                lane.loads.popleft()
+                lane.turns = None
+                continue
+            lane.running = measuring.start(lane, key, todo)
+            if not lane.running:
+                return
 
 
 def measure_load(context: RunContext, arm: str, load: int, phase: Phase,

@@ -25,7 +25,7 @@ from ray.cluster_utils import Cluster
 from servediff.evidence import Phase, load_name
 from servediff.plan import resolve_plan
 from servediff.runner import Runner, SilentObserver
-from servediff.scale.ray_run import RayRunner
+from servediff.scale.ray_run import OnRay
 from tests.fixtures.bundles import overlapping
 from tests.integration.engines import (
     DRIFT_ONLY,
@@ -280,10 +280,9 @@ def test_a_cost_load_runs_with_nothing_beside_it_on_its_node(tmp_path: Path):
     assert engines_alive() == []
 
 
-def run_toy(tmp_path: Path, runner_class: type[Runner], address: str,
-            observer: Recorder) -> None:
+def run_toy(tmp_path: Path, on_ray: bool, address: str, observer: Recorder) -> None:
     """A `good` arm and a `bad` one whose engine (the toy server) refuses to start, one
-    drift and one cost load each, run by `runner_class`."""
+    drift and one cost load each, run here or on the cluster."""
     model = tmp_path / "toy-model"
     model.mkdir()
     (model / "weights.bin").write_bytes(b"toy")
@@ -300,29 +299,28 @@ def run_toy(tmp_path: Path, runner_class: type[Runner], address: str,
     raw["probes"]["speed"] = {"prompt_tokens": [16], "max_tokens": 2, "warmup": 0,
                               "replicates": 1, "levels": [1]}
     plan, corpus = resolve_plan(raw, "ray.toml", tmp_path)
-    runner = runner_class(plan, corpus, tmp_path / "run", tmp_path, observer)
-    if isinstance(runner, RayRunner):
-        runner.address = address
+    runner = Runner(plan, corpus, tmp_path / "run", tmp_path, observer,
+                    placement=OnRay(address) if on_ray else None)
     try:
         runner.run()
     finally:
         ray.shutdown()
 
 
-@pytest.mark.parametrize("runner_class", [Runner, RayRunner])
-def test_a_change_to_the_retry_rule_is_made_once_for_both_runners(
-        tmp_path: Path, cluster: Cluster, monkeypatch: pytest.MonkeyPatch,
-        runner_class: type[Runner]):
-    """The retry rule lives in policy.py (LoadPolicy.again, taken by LoadTurns), and both
-    runners take their launches from it: changed there to "one launch per load", the
-    refused arm starts once per load, locally and on the cluster (the plan's max_attempts
-    is 2, so one refusal does not give the arm up and its cost load starts too)."""
+@pytest.mark.parametrize("on_ray", [False, True], ids=["here", "ray"])
+def test_a_change_to_the_retry_rule_is_made_once_for_both_placements(
+        tmp_path: Path, cluster: Cluster, monkeypatch: pytest.MonkeyPatch, on_ray: bool):
+    """The retry rule lives in policy.py (LoadPolicy.again, taken by LoadTurns), and the
+    runner's one load loop takes its launches from it whatever the placement: changed
+    there to "one launch per load", the refused arm starts once per load, here and on the
+    cluster (the plan's max_attempts is 2, so one refusal does not give the arm up and its
+    cost load starts too)."""
     from servediff.policy import LoadPolicy
 
     monkeypatch.setattr(LoadPolicy, "again", lambda self, todo, unproductive:
                         bool(self.missing(todo)) and unproductive < 1)
     observer = Recorder()
-    run_toy(tmp_path, runner_class, cluster.address, observer)
+    run_toy(tmp_path, on_ray, cluster.address, observer)
     starts = [e for e in observer.events if e[0] == "start"]
     assert [e for e in starts if e[1] == "bad"] == [("start", "bad", 1, "drift"),
                                                      ("start", "bad", 1, "cost")], starts
@@ -355,7 +353,7 @@ def test_the_ray_runner_announces_failed_drift_loads_before_its_cost_loads(
     (tests/engines/toy.py) launched in the embedded engine's place: a real process on the
     cluster's nodes that starts in about a second."""
     observer = Recorder()
-    run_toy(tmp_path, RayRunner, cluster.address, observer)
+    run_toy(tmp_path, True, cluster.address, observer)
     errors = [x["error"] for x in launches(tmp_path / "run") if x["error"]]
     events = observer.events
     # (a launch of `good` that failed for a reason of the machine's is started again:

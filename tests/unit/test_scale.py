@@ -114,14 +114,17 @@ def test_the_plan_scale_section_is_checked():
 def test_a_cost_load_has_its_node_to_itself():
     from collections import deque
 
-    from servediff.scale.ray_run import Placement, node_allows
+    from servediff.runner import Lane
+    from servediff.scale.ray_run import Group, node_allows
 
     class Job:
         def __init__(self, phase: str) -> None:
             self.phase = phase
 
-    def placement(node: str, running: str | None = None, waits: str | None = None) -> Placement:
-        it = Placement(arms=["a"], loads=deque([("a", 1, waits)] if waits else []), node=node)
+    def placement(node: str, running: str | None = None, waits: str | None = None) -> Group:
+        lane = Lane(arms=["a"], loads=deque([("a", 1, waits)] if waits else []),  # type: ignore[list-item]
+                    running=running is not None)
+        it = Group(lane, node=node)
         if running is not None:
             it.ref, it.job = object(), Job(running)  # type: ignore[assignment]
         return it

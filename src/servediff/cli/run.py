@@ -103,10 +103,9 @@ def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False,
         with RichObserver(on_drift=drift_so_far) as observer:
             address = ray or plan.scale.ray
             if address:
-                from servediff.scale.ray_run import RayRunner
+                from servediff.scale.ray_run import OnRay
 
-                runner = RayRunner(plan, corpus, root, base, observer)
-                runner.address = address
+                runner = Runner(plan, corpus, root, base, observer, placement=OnRay(address))
                 err.print(f"loads run on the Ray cluster at {address}, one node per "
                           f"comparison ({len(plan.groups())})", highlight=False)
                 sequential.run(runner)
