@@ -30,7 +30,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 import pyDOE3
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 DesignKind = Literal["full", "fractional", "screening"]
 # Up to this many factors the default design is the full factorial (2^k arms); past it,
@@ -48,16 +48,21 @@ class DesignSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # None: `full` up to three factors, else `fractional` of resolution IV
-    kind: DesignKind | None = None
-    # fractional: the resolution asked for (3, 4 or 5), the smallest fraction that has it
-    resolution: Literal[3, 4, 5] | None = None
-    # fractional, instead of a resolution: pyDOE3's generator string, one word per factor
-    # in plan order ("a b c ab ac": the 4th factor is set by a x b, the 5th by a x c)
-    generators: str | None = None
-    # after a fractional or screening design, measure the arm it would ship (and the
-    # baseline) with full loads; What to ship rests on that confirmation
-    confirm: bool = True
+    kind: DesignKind | None = Field(
+        default=None, examples=["fractional"], description='"full", "fractional" or "screening" '
+        "(default: full up to three factors, else fractional of resolution IV)")
+    resolution: Literal[3, 4, 5] | None = Field(
+        default=None,
+        examples=[4], description="fractional: the resolution asked for, the smallest "
+        "fraction that has it")
+    generators: str | None = Field(
+        default=None, examples=["a b c ab ac"], description="fractional, instead of a resolution: "
+        "pyDOE3's generator string, one word per factor in plan order (the 4th factor set "
+        "by a x b, the 5th by a x c)")
+    confirm: bool = Field(
+        default=True,
+        description="after a fractional or screening design, measure the arm it would "
+        "ship (and the baseline) with full loads; What to ship rests on that confirmation")
 
     @model_validator(mode="after")
     def _consistent(self) -> DesignSpec:

@@ -9,28 +9,18 @@ CPU); `full` writes the defaults.
 
 from __future__ import annotations
 
-import json
 import textwrap
 import tomllib
 from importlib import resources
 from typing import Any
 
+from pydantic import BaseModel
+
 from servediff import probes
 from servediff.engines import registry
-from servediff.plan import ProbesSpec
-
-
-def toml_value(value: Any) -> str:
-    """A TOML literal for the plain values a plan holds."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, str | int | float):
-        return json.dumps(value)
-    raise TypeError(f"no TOML literal for {value!r}")
+from servediff.plan import Plan, ProbesSpec
+from servediff.probes.settings import settings_of
+from servediff.reference import line, toml_value
 
 
 def demo_probes() -> dict[str, dict[str, Any]]:
@@ -47,6 +37,11 @@ def probe_settings(small: bool) -> dict[str, dict[str, Any]]:
             for name, section in spec.model_dump(mode="json").items()}
 
 
+def described(text: str, model: type[BaseModel], name: str) -> list[str]:
+    """A setting's line with its own description beside it (servediff.reference)."""
+    return line(text, model.model_fields[name].description)
+
+
 def comments(header: list[str]) -> str:
     """The plan's header: each line a TOML comment, wrapped."""
     return "".join(f"# {part}\n" for line in header
@@ -60,16 +55,12 @@ def plan_text(engine: str, model: str, name: str, small: bool) -> str:
         "",
         f"name = {toml_value(name)}",
         f"engine = {toml_value(engine)}",
-        "# a built-in model or a path (a folder of safetensors, or a GGUF file for llamacpp)",
-        f"model = {toml_value(model)}",
-        "# cold loads per arm for drift (each a new engine process), and for cost (A B B A)",
-        "loads_per_arm = 2",
-        "cost_loads_per_arm = 2",
-        "# adaptive = true: one more cost load per arm (up to max_cost_loads) while a speed",
-        "# comparison is within noise",
-        "# adaptive = true",
-        "# max_cost_loads = 4",
-        "# loads = \"combined\": drift, then cost probes in each cold load (half the starts)",
+        *described(f"model = {toml_value(model)}", Plan, "model"),
+        *described("loads_per_arm = 2", Plan, "loads_per_arm"),
+        *described("cost_loads_per_arm = 2", Plan, "cost_loads_per_arm"),
+        *described("# adaptive = true", Plan, "adaptive"),
+        *described("# max_cost_loads = 4", Plan, "max_cost_loads"),
+        *described('# loads = "combined"', Plan, "loads"),
         "",
     ]
     if options := adapter.example_options(small):
@@ -87,7 +78,8 @@ def plan_text(engine: str, model: str, name: str, small: bool) -> str:
     lines += [f"# {k} = {toml_value(v)}" for k, v in candidate.items()]
     for probe, settings in probe_settings(small).items():
         lines += ["", f"# {probes.by_section(probe).description}", f"[probes.{probe}]"]
-        lines += [f"{k} = {toml_value(v)}" for k, v in settings.items()]
+        for k, v in settings.items():
+            lines += described(f"{k} = {toml_value(v)}", settings_of(probe), k)
     lines += [
         "",
         "# Cost loads wait for a quiet machine; \"refuse\" stops a run on a busy one,",

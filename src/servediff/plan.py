@@ -69,15 +69,23 @@ class Change(Strict):
     """What an arm or a factor changes relative to the plan's `[engine_options]` and
     `[launch]`."""
 
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    options: dict[str, Any] = Field(default_factory=dict)
-    # The arm's own JIT/autotune cache policy (default: launch.cache_policy); two arms
-    # that differ only here compare warm and fresh caches.
-    cache_policy: CachePolicy | None = None
-    # Another build of the engine: this arm's own launch command template (default:
-    # launch.command), with the same placeholders.
-    command: list[str] | None = None
+    args: list[str] = Field(default_factory=list, examples=[["--enforce-eager"]],
+                            description="extra launch arguments, after the command's")
+    env: dict[str, str] = Field(default_factory=dict, examples=[{"VLLM_USE_V1": "1"}],
+                                description="extra environment variables, merged over "
+                                "launch.env")
+    options: dict[str, Any] = Field(
+        default_factory=dict, examples=[{"attn_implementation": "eager"}],
+        description="engine options merged over [engine_options]")
+    cache_policy: CachePolicy | None = Field(
+        default=None, examples=["shared"],
+        description="this arm's own JIT/autotune cache policy (default: "
+        "launch.cache_policy); two arms that differ only here compare warm and fresh caches")
+    command: list[str] | None = Field(
+        default=None,
+        examples=[["/opt/engine-2.0/serve", "--model", "{model}", "--port", "{port}"]],
+        description="another build of the engine: this arm's own launch command template "
+        "(default: launch.command), with the same placeholders")
 
     @field_validator("command")
     @classmethod
@@ -86,9 +94,10 @@ class Change(Strict):
 
 
 class ArmSpec(Change):
-    # The factors this arm is made of, in the plan's order; servediff sets it when it
-    # expands `[factors]` (an arm written by hand has none).
-    factors: list[str] = Field(default_factory=list)
+    factors: list[str] = Field(
+        default_factory=list, json_schema_extra={"set_by_servediff": True},
+        description="the factors this arm is made of, in the plan's order; servediff sets "
+        "it when it expands [factors] (an arm written by hand has none)")
 
 
 class FactorSpec(Change):
@@ -138,10 +147,17 @@ def arm_name(factors: list[str]) -> str:
 
 
 class CorpusSpec(Strict):
-    source: Literal["builtin", "file"] = "builtin"
-    path: str | None = None
-    max_texts: Annotated[int, Field(ge=0)] = 0
-    tags: list[str] = Field(default_factory=list)
+    """The texts every drift probe scores."""
+
+    source: Literal["builtin", "file"] = Field(
+        default="builtin", description='"builtin" (45 texts, 38 to 1,193 tokens) or "file"')
+    path: str | None = Field(default=None, examples=["texts.jsonl"],
+                             description='source = "file": JSON lines of {"tag", "text", '
+                             '"kind"?}, relative to the plan')
+    max_texts: Annotated[int, Field(ge=0)] = Field(default=0, description="at most this many "
+                                                   "texts; 0 = all")
+    tags: list[str] = Field(default_factory=list, description="only the texts of these "
+                            "tags (default: every text)")
 
 
 S = TypeVar("S", bound=ProbeSettings)
@@ -186,70 +202,88 @@ class ProbesSpec(BaseModel):
 
 
 class ScoringSpec(Strict):
-    # Which token goes in front of every text. "bos" follows lm-evaluation-harness
-    # (the tokenizer's BOS, so all text tokens are scored); "none" scores tokens
-    # 2..N; an integer names the id. It changes every logprob, not only the first.
-    prefix: Literal["bos", "none"] | Annotated[int, Field(ge=0)] = "bos"
-    # Past this, the engine is watched (see launch.stall_window_s); a busy engine is
-    # waited on up to give_up_s (None: 10 x request_timeout_s).
-    request_timeout_s: Annotated[float, Field(gt=0)] = 300.0
-    give_up_s: Annotated[float, Field(gt=0)] | None = None
+    """How a text is teacher-forced."""
+
+    prefix: Literal["bos", "none"] | Annotated[int, Field(ge=0)] = Field(
+        default="bos", description='the token before every text: "bos" (the tokenizer\'s BOS, as '
+        'lm-evaluation-harness: every text token is scored), "none" (tokens 2..N are '
+        "scored) or an id; it changes every logprob, not only the first")
+    request_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        default=300.0, description="past it, the engine is watched as in the sweep "
+        "(launch.stall_window_s)")
+    give_up_s: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, examples=[3000], description="a busy engine is waited on this long "
+        "(default: 10 x request_timeout_s)")
 
 
 class ThresholdSpec(Strict):
-    # A text "moved" between two scorings when |dNLL| > moved_abs_nll.
-    # 0 means any difference at all.
-    moved_abs_nll: Annotated[float, Field(ge=0)] = 0.0
+    """When a difference counts."""
+
+    moved_abs_nll: Annotated[float, Field(ge=0)] = Field(
+        default=0.0, description="a text moved between two scorings when |dNLL| > this; 0 = any "
+        "difference at all")
 
 
 class QuietSpec(Strict):
     """The quiet-box gate before a load (quiet.py): limits, how long to wait, what then."""
 
-    gate_cost: bool = True
-    gate_drift: bool = False
-    # CPU cores other processes may use, and the 1-minute load average per core
-    max_foreign_cpu: Annotated[float, Field(ge=0)] = 0.5
-    max_load_per_core: Annotated[float, Field(ge=0)] = 1.5
-    # GPU memory in use above what was in use before the run's first load
-    max_gpu_memory_mb: Annotated[int, Field(ge=0)] = 1024
-    # how long each look at the machine lasts, and how long to wait for it to be quiet
-    window_s: Annotated[float, Field(gt=0, le=60)] = 3.0
-    wait_s: Annotated[float, Field(ge=0)] = 300.0
-    # "refuse": stop with a one-line reason, cells kept; "mark": go on, claims marked busy
-    action: Literal["refuse", "mark"] = "refuse"
+    gate_cost: bool = Field(default=True, description="wait for a quiet machine before every "
+                            "cost load")
+    gate_drift: bool = Field(default=False, description="and before every drift load")
+    max_foreign_cpu: Annotated[float, Field(ge=0)] = Field(
+        default=0.5, description="CPU cores other processes may use")
+    max_load_per_core: Annotated[float, Field(ge=0)] = Field(
+        default=1.5, description="1-minute load average per core")
+    max_gpu_memory_mb: Annotated[int, Field(ge=0)] = Field(
+        default=1024, description="GPU memory in use above what was in use before the run's first "
+        "load")
+    window_s: Annotated[float, Field(gt=0, le=60)] = Field(
+        default=3.0, description="how long each look at the machine lasts")
+    wait_s: Annotated[float, Field(ge=0)] = Field(
+        default=300.0, description="how long to wait for a quiet machine, then `action`")
+    action: Literal["refuse", "mark"] = Field(
+        default="refuse", description='"refuse": stop with a one-line reason (exit 3, cells kept); '
+        '"mark": go on, and its speed claims say "measured on a busy machine"')
 
 
 class ScrubSpec(Strict):
     """Hosts the scrubber keeps verbatim (beyond its public allowlist) or always replaces."""
 
-    allow_hosts: list[str] = Field(default_factory=list)
-    deny_hosts: list[str] = Field(default_factory=list)
+    allow_hosts: list[str] = Field(default_factory=list, description="kept verbatim, with "
+                                   "their subdomains")
+    deny_hosts: list[str] = Field(default_factory=list, description="always replaced")
 
 
 class LaunchSettings(Strict):
     """The plan's `[launch]` table: how every arm's engine is started and stopped."""
 
-    # Command template; {model}, {host} and {port} are filled in per load and the
-    # arm's args appended. Default: the engine's own (see `servediff engines`).
-    command: list[str] | None = None
-    # Environment for every arm; an arm's env is merged over it.
-    env: dict[str, str] = Field(default_factory=dict)
-    start_timeout_s: Annotated[float, Field(gt=0)] = 600.0
-    stop_grace_s: Annotated[float, Field(gt=0)] = 15.0
-    # JIT and autotune caches per load: "fresh" (new, empty directories every load: a
-    # cold start on a new host), "shared" (one set per arm, kept across its loads: a
-    # warm restart) or "as-is" (the environment's own).
-    cache_policy: CachePolicy = "fresh"
-    # Cache variables left as this table's env gives them, whatever the policy: compiled
-    # code that is no per-load choice (FlashInfer's JIT builds, say), kept across every
-    # load of the machine; each load records it as "plan-env".
-    keep_caches: list[str] = Field(default_factory=list)
-    # A request past its timeout is hung when the engine's processes did no work
-    # (CPU, GPU) for this long; while they work it is only slow.
-    stall_window_s: Annotated[float, Field(gt=0)] = 10.0
-    # Launches per load and run: after a crash or a failed start the arm is
-    # started again for the cells still missing.
-    max_attempts: Annotated[int, Field(ge=1, le=10)] = 2
+    command: list[str] | None = Field(
+        default=None,
+        examples=[["vllm", "serve", "{model}", "--host", "{host}", "--port", "{port}"]],
+        description="the launch template: {model}, {host} and {port} filled in per load, "
+        "the arm's args appended (default: the engine's own, `servediff engines`)")
+    env: dict[str, str] = Field(default_factory=dict, description="environment for every "
+                                "arm (an arm's env is merged over it)")
+    start_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        default=600.0, description="an engine not ready by then failed to start")
+    stop_grace_s: Annotated[float, Field(gt=0)] = Field(
+        default=15.0, description="SIGTERM, then this long before SIGKILL")
+    cache_policy: CachePolicy = Field(
+        default="fresh", description='JIT/autotune caches per load: "fresh" (new, empty: a cold '
+        'start on a new host), "shared" (one set per arm, kept across its loads: a warm '
+        'restart) or "as-is" (the environment\'s own)')
+    keep_caches: list[str] = Field(
+        default_factory=list, examples=[["FLASHINFER_WORKSPACE_BASE"]],
+        description="cache variables left where this table's env puts them on every load: "
+        "compiled code that is no per-load choice (FlashInfer's JIT builds); each load "
+        'records it as "plan-env"')
+    stall_window_s: Annotated[float, Field(gt=0)] = Field(
+        default=10.0,
+        description="a request past its timeout is hung when the engine did no CPU or "
+        "GPU work this long; while it works it is only slow")
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = Field(
+        default=2, description="launches per load: a crashed arm is started again for the cells "
+        "still missing (a load given up: the run reports, then exits 5; run it again)")
 
     @field_validator("command")
     @classmethod
@@ -268,12 +302,14 @@ class LaunchSettings(Strict):
 class ScaleSpec(Strict):
     """Where the loads run: here one at a time, or on a Ray cluster (`run --ray`)."""
 
-    # None: here. "auto": the Ray cluster this machine belongs to (RAY_ADDRESS), else a new
-    # local one; or an address ("ray://host:10001", "host:6379").
-    ray: str | None = None
-    # What one load reserves on its node: CPU slots and GPUs (vLLM with TP=2: 2)
-    cpus_per_load: Annotated[float, Field(gt=0)] = 1.0
-    gpus_per_load: Annotated[float, Field(ge=0)] = 0.0
+    ray: str | None = Field(
+        default=None, examples=["auto"], description='a Ray cluster: "auto" (the one this machine '
+        'belongs to, RAY_ADDRESS, else a new local one) or an address ("ray://host:10001", '
+        '"host:6379"); default: here, one load at a time')
+    cpus_per_load: Annotated[float, Field(gt=0)] = Field(
+        default=1.0, description="CPU slots one load reserves on its node")
+    gpus_per_load: Annotated[float, Field(ge=0)] = Field(
+        default=0.0, description="GPUs one load reserves on its node (vLLM with TP=2: 2)")
 
 
 Regime = Literal["across loads", "within a load", "concurrency"]
@@ -284,7 +320,9 @@ class ShipSpec(Strict):
     """What "reproducible" means for the answer "what to ship": no text moved (by more
     than thresholds.moved_abs_nll) in each of these regimes."""
 
-    require: list[Regime] = Field(default_factory=lambda: list(REGIMES))
+    require: list[Regime] = Field(
+        default_factory=lambda: list(REGIMES),
+        description="the regimes in which no text may move for an arm to be shippable")
 
     @field_validator("require")
     @classmethod
@@ -297,56 +335,77 @@ class ShipSpec(Strict):
 class Plan(Strict):
     """A plan file, validated: the engine, the model, the arms, the probes, how to run them."""
 
-    name: str = "unnamed"
-    engine: str
-    model: str
-    # An external endpoint that servediff does not start (engine = "openai").
-    base_url: str | None = None
-    loads_per_arm: Annotated[int, Field(ge=1, le=50)] = 2
-    # Loads that measure cost (speed, prefix, sweep, capacity) with the engine as the
-    # arm configures it (no cache isolation); arms alternate A B B A.
-    cost_loads_per_arm: Annotated[int, Field(ge=1, le=50)] = 2
-    # Cost loads added only where a comparison is unsure: with `adaptive`, a speed
-    # comparison still within noise after the cost loads (its band holds zero, or its
-    # loads overlap) gets one more cost load on each of its arms, up to `max_cost_loads`
-    # an arm; one that is clear gets none (servediff.sequential).
-    adaptive: bool = False
-    max_cost_loads: Annotated[int, Field(ge=1, le=50)] = 4
-    # Each arm's cost loads once some were added: set by servediff from the run's
-    # cost_loads.json, not in a plan file.
-    cost_loads: dict[str, int] | None = None
-    # "separate": drift loads, then cost loads, each a cold start of its own. "combined":
-    # a cold load runs its drift probes and then its cost probes (the cost part gated as a
-    # cost load is), so an arm takes max(loads_per_arm, its cost loads) cold starts, not
-    # their sum; only where each arm serves drift and cost work alike (validate_engine).
-    loads: Literal["separate", "combined"] = "separate"
-    engine_options: dict[str, Any] = Field(default_factory=dict)
-    # One change each relative to the baseline ([engine_options] and [launch]); servediff
-    # makes the arms from them (`design`), before any arm written in [arms].
-    factors: dict[str, FactorSpec] = Field(default_factory=dict)
-    # Which factor sets become arms: the full factorial up to three factors, else a
-    # fractional design of resolution IV (servediff.design).
-    design: DesignSpec = DesignSpec()
-    # The factors of the confirmation arm: set by servediff after a design short of the
-    # full factorial, from its prediction (the run's confirmation.json), not in a plan file.
-    confirmation: list[str] | None = None
-    arms: dict[str, ArmSpec] = Field(default_factory=dict)
-    ship: ShipSpec = ShipSpec()
-    corpus: CorpusSpec = CorpusSpec()
-    probes: ProbesSpec = Field(default_factory=lambda: ProbesSpec())
-    scoring: ScoringSpec = ScoringSpec()
-    thresholds: ThresholdSpec = ThresholdSpec()
-    launch: LaunchSettings = LaunchSettings()
-    scrub: ScrubSpec = ScrubSpec()
-    quiet: QuietSpec = QuietSpec()
-    # Cells of one comparison come from one machine; true lets a run resume on another
-    # (both hosts are then named beside the numbers).
-    cross_machine: bool = False
-    # Groups of arms compared with each other, each with its first arm as the baseline
-    # (default: one group of every arm). Arms of different groups are never compared, so
-    # on a cluster each group may run on a node of its own.
-    comparisons: list[list[str]] | None = None
-    scale: ScaleSpec = ScaleSpec()
+    name: str = Field(default="unnamed", examples=["attention"], description="the run's name in "
+                      "its report")
+    engine: str = Field(examples=["transformers"], description="transformers | vllm | "
+                        "llamacpp | sglang | openai (an external endpoint)")
+    model: str = Field(examples=["smollm2"], description="built-in (smollm2), a path to a "
+                       'HF model folder or a GGUF file, or a hub id "org/name[@revision]" '
+                       "(vllm, sglang, openai)")
+    base_url: str | None = Field(default=None, examples=["http://127.0.0.1:8000"],
+                                 description='engine = "openai": the endpoint, which '
+                                 "servediff does not start")
+    loads_per_arm: Annotated[int, Field(ge=1, le=50)] = Field(
+        default=2, description="cold starts per arm for the drift probes")
+    cost_loads_per_arm: Annotated[int, Field(ge=1, le=50)] = Field(
+        default=2, description="cold starts per arm for the cost probes (speed, prefix, sweep, "
+        "capacity), the engine as the arm configures it; arms alternate A B B A")
+    adaptive: bool = Field(
+        default=False,
+        description="a speed comparison still within noise after the cost loads gets "
+        "one more cost load on each of its arms, up to max_cost_loads; a clear one gets none")
+    max_cost_loads: Annotated[int, Field(ge=1, le=50)] = Field(
+        default=4, description="adaptive: at most this many cost loads per arm")
+    cost_loads: dict[str, int] | None = Field(
+        default=None, json_schema_extra={"set_by_servediff": True},
+        description="each arm's cost loads once some were added: set by servediff from the "
+        "run's cost_loads.json, not in a plan file")
+    loads: Literal["separate", "combined"] = Field(
+        default="separate",
+        description='"combined": each cold load runs its drift probes, then its '
+        "cost probes (gated as a cost load is): max(loads_per_arm, cost loads) starts per "
+        "arm, not their sum")
+    engine_options: dict[str, Any] = Field(
+        default_factory=dict, examples=[{"device": "auto", "dtype": "float32"}],
+        description="engine options for every arm, each engine its own (`servediff engines` "
+        'lists them); transformers: device ("auto": CUDA when present), dtype (float32, '
+        "bfloat16, float16, or auto: bf16 where native) and more, below")
+    factors: dict[str, FactorSpec] = Field(
+        default_factory=dict, description="one change each relative to the baseline; "
+        "servediff makes the arms from them (`design`), before any arm of [arms]")
+    design: DesignSpec = Field(default_factory=DesignSpec,
+                               description="which factor sets become arms")
+    confirmation: list[str] | None = Field(
+        default=None, json_schema_extra={"set_by_servediff": True},
+        description="the factors of the confirmation arm: set by servediff after a design "
+        "short of the full factorial (confirmation.json), not in a plan file")
+    arms: dict[str, ArmSpec] = Field(default_factory=dict,
+                                     description="the configurations compared, by name")
+    ship: ShipSpec = Field(default_factory=ShipSpec,
+                           description='what "reproducible" means for What to ship')
+    corpus: CorpusSpec = Field(default_factory=CorpusSpec, description="the texts scored")
+    probes: ProbesSpec = Field(default_factory=lambda: ProbesSpec(),
+                               description="every probe's settings, by its section")
+    scoring: ScoringSpec = Field(default_factory=ScoringSpec,
+                                 description="how a text is teacher-forced")
+    thresholds: ThresholdSpec = Field(default_factory=ThresholdSpec,
+                                      description="when a difference counts")
+    launch: LaunchSettings = Field(default_factory=LaunchSettings,
+                                   description="how every arm's engine starts and stops")
+    scrub: ScrubSpec = Field(default_factory=ScrubSpec,
+                             description="hosts for the scrubber (docs/reports.md)")
+    quiet: QuietSpec = Field(default_factory=QuietSpec, description="the gate before every "
+                             "cost load (docs/costs.md)")
+    cross_machine: bool = Field(
+        default=False, description="true: a run may resume on another machine or GPU model (both "
+        "are then named beside the numbers); default: only on the one it started on")
+    comparisons: list[list[str]] | None = Field(
+        default=None, examples=[[["a", "b"], ["c", "d"]]],
+        description="groups of arms compared with each other, each against its first arm "
+        "(default: one group of every arm); on a cluster each group may run on a node of "
+        "its own")
+    scale: ScaleSpec = Field(default_factory=ScaleSpec, description="where loads run; not "
+                             "part of the locked plan (a run may resume elsewhere)")
 
     @field_validator("factors")
     @classmethod

@@ -40,8 +40,8 @@ def suggest(word: str, known: Sequence[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def keys_at(model: type[BaseModel] | None, loc: Sequence[int | str]) -> list[str]:
-    """The keys the model accepts at `loc` (a table inside it), or [] where it takes any."""
+def _kind_at(model: type[BaseModel] | None, loc: Sequence[int | str]) -> object:
+    """What the model holds at `loc`: a model, a named table's value type, or a value."""
     kind: object = model
     for part in loc:
         kind = _fields_of(kind)
@@ -51,15 +51,36 @@ def keys_at(model: type[BaseModel] | None, loc: Sequence[int | str]) -> list[str
         elif typing.get_origin(kind) is dict:
             kind = typing.get_args(kind)[1]  # the value type of a named table
         else:
-            return []
+            return None
         # X | None: the model inside
         args = [a for a in typing.get_args(kind) if a is not type(None)]
         if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(args) == 1:
             kind = args[0]
-    kind = _fields_of(kind)
+    return _fields_of(kind)
+
+
+def keys_at(model: type[BaseModel] | None, loc: Sequence[int | str]) -> list[str]:
+    """The keys the model accepts at `loc` (a table inside it), or [] where it takes any."""
+    kind = _kind_at(model, loc)
     if isinstance(kind, type) and issubclass(kind, BaseModel):
         return list(kind.model_fields)
     return []
+
+
+def meaning(model: type[BaseModel] | None, loc: Sequence[int | str]) -> str:
+    """` (name: what it means)` for the setting at `loc` (an item of it too), from its Field
+    description (the text docs/plans.md shows); "" where it has none."""
+    names = list(loc)
+    while names and isinstance(names[-1], int):
+        names.pop()
+    if not names:
+        return ""
+    holder = _kind_at(model, names[:-1])
+    if isinstance(holder, type) and issubclass(holder, BaseModel):
+        field = holder.model_fields.get(str(names[-1]))
+        if field is not None and field.description:
+            return f" ({names[-1]}: {field.description})"
+    return ""
 
 
 def _fields_of(kind: object) -> object:
@@ -86,5 +107,7 @@ def describe(exc: ValidationError, source: str, prefix: str = "",
         if err["type"] == "value_error" and NAMED.match(msg):
             named, msg = msg.split(": ", 1)
             loc = [*loc, *named.split(".")]
+        elif err["type"] not in ("extra_forbidden", "missing"):
+            msg += meaning(model, loc)
         lines.append(f"{source}: {field_path(loc, prefix)}: {msg}")
     return "\n".join(lines)

@@ -44,15 +44,23 @@ class ConcurrencySettings(ProbeSettings):
     section = "concurrency"
     phase = "drift"
 
-    enabled: bool = True
-    lengths: list[Annotated[int, Field(ge=2)]] = Field(default_factory=lambda: [256, 768, 1536])
-    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 2, 4, 8])
-    requests: Annotated[int, Field(ge=2, le=256)] = 8
-    max_tokens: Annotated[int, Field(ge=1, le=1024)] = 16
-    # Scoring requests (prompt logprobs) and greedy generations: both, by default.
-    kinds: list[RequestKind] = Field(default_factory=lambda: list(REQUEST_KINDS))
-    # The drift loads that run the grid (default: every one).
-    loads: list[Annotated[int, Field(ge=1)]] | None = None
+    enabled: bool = Field(default=True, description="false: the probe does not run")
+    lengths: list[Annotated[int, Field(ge=2)]] = Field(
+        default_factory=lambda: [256, 768, 1536],
+        description="prompt tokens (skipped where they exceed the context)")
+    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(
+        default_factory=lambda: [1, 2, 4, 8],
+        description="requests in flight; level 1 is the control")
+    requests: Annotated[int, Field(ge=2, le=256)] = Field(
+        default=8, description="identical requests per kind, length and level")
+    max_tokens: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default=16, description="tokens of each greedy generation")
+    kinds: list[RequestKind] = Field(
+        default_factory=lambda: list(REQUEST_KINDS),
+        description="teacher-forced scoring requests and greedy generations")
+    loads: list[Annotated[int, Field(ge=1)]] | None = Field(
+        default=None, examples=[[2]], description="the drift loads that run the grid (default: "
+        "every one)")
 
     @field_validator("kinds")
     @classmethod

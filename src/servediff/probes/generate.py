@@ -30,11 +30,14 @@ class GenerateSettings(ProbeSettings):
     section = "generate"
     phase = "drift"
 
-    enabled: bool = True
-    texts: Annotated[int, Field(ge=1)] = 8
-    prompt_tokens: Annotated[int, Field(ge=2)] = 128
-    max_tokens: Annotated[int, Field(ge=1, le=1024)] = 32
-    repeats: Annotated[int, Field(ge=1, le=64)] = 2
+    enabled: bool = Field(default=True, description="false: the probe does not run")
+    texts: Annotated[int, Field(ge=1)] = Field(default=8, description="corpus texts continued")
+    prompt_tokens: Annotated[int, Field(ge=2)] = Field(
+        default=128, description="tokens of each text given as the prompt")
+    max_tokens: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default=32, description="greedy tokens generated")
+    repeats: Annotated[int, Field(ge=1, le=64)] = Field(
+        default=2, description="generations of each text in every load")
 
 
 class GenerateProbe(Probe[GenerateSettings]):

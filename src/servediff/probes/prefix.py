@@ -42,11 +42,13 @@ class PrefixSettings(ProbeSettings):
     section = "prefix"
     phase = "cost"
 
-    enabled: bool = True
-    # 0: half the context length, at most 4096 tokens.
-    prefix_tokens: Annotated[int, Field(ge=0)] = 0
-    question_tokens: Annotated[int, Field(ge=1)] = 32
-    requests: Annotated[int, Field(ge=2, le=64)] = 4
+    enabled: bool = Field(default=True, description="false: the probe does not run")
+    prefix_tokens: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="the shared prefix's tokens; 0: half the context, at most 4,096")
+    question_tokens: Annotated[int, Field(ge=1)] = Field(
+        default=32, description="tokens of each different question after it")
+    requests: Annotated[int, Field(ge=2, le=64)] = Field(
+        default=4, description="requests, one after another: the first fills the cache")
 
 
 def prefix_size(spec: PrefixSettings, context: int | None) -> int:

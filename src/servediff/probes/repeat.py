@@ -36,15 +36,17 @@ class RepeatSettings(ProbeSettings):
     section = "repeat"
     phase = "drift"
 
-    count: Annotated[int, Field(ge=0, le=100)] = 1
-    shuffle: bool = True
-    # Extra passes in the same load at these scoring batch sizes (texts per request,
-    # padded into one batch by engines that batch): batch size vs the arm's own,
-    # with the plain repeats as the control.
-    batch_sizes: list[Annotated[int, Field(ge=1, le=256)]] = Field(default_factory=list)
-    # The drift loads that run the repeats and batch passes (default: every one). Within-load
-    # drift is a property of a load: one load per arm shows it, every load confirms it.
-    loads: list[Annotated[int, Field(ge=1)]] | None = None
+    count: Annotated[int, Field(ge=0, le=100)] = Field(
+        default=1, description="within-load repeats of every text, after the first scoring")
+    shuffle: bool = Field(default=True, description="each repeat in a new shuffled order")
+    batch_sizes: list[Annotated[int, Field(ge=1, le=256)]] = Field(
+        default_factory=list, examples=[[4]],
+        description="extra passes in the same load at these scoring batch sizes (texts per "
+        "request, one padded batch on engines that batch), the plain repeats the control")
+    loads: list[Annotated[int, Field(ge=1)]] | None = Field(
+        default=None, examples=[[2]], description="the drift loads that run the repeats and batch "
+        "passes (default: every one); one load per arm shows within-load drift, every load "
+        "confirms it")
 
     def check(self, plan: PlanShape) -> None:
         check_loads(plan, self.section, self.loads)

@@ -51,28 +51,31 @@ class SpeedSettings(ProbeSettings):
     later_defaults: ClassVar[dict[str, Any]] = {
         "mode": "burst", "requests": None, "request_rate": None}
 
-    enabled: bool = True
+    enabled: bool = Field(default=True, description="false: the probe does not run")
     prompt_tokens: list[Annotated[int, Field(ge=2)]] = Field(
-        default_factory=lambda: [512, 2048])
-    max_tokens: Annotated[int, Field(ge=2, le=4096)] = 64
-    # Discarded replicates at the start of every cost load.
-    warmup: Annotated[int, Field(ge=0, le=20)] = 1
-    # Kept replicates per cost load; with two cost loads per arm, 3 x 2 = 6 per arm.
-    replicates: Annotated[int, Field(ge=1, le=50)] = 3
-    # Requests in flight: 1 is the single-stream baseline; above it, that many requests
-    # of each kind go at once (a flag can be free alone and cost under load).
-    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 4])
-
-    # burst: at each level that many requests of each kind go at once, all prefills first
-    # (the regime survival is about); steady: `requests` streamed requests per replicate
-    # with `level` in flight, a new one started as one finishes (the regime `vllm bench
-    # serve --max-concurrency` measures), TTFT and ITL from the streamed tokens
-    mode: Literal["burst", "steady"] = "burst"
-    # steady: requests per replicate and level (None: 3 per request in flight)
-    requests: Annotated[int, Field(ge=1, le=10_000)] | None = None
-    # steady: requests started per second, Poisson arrivals (None: each as soon as a
-    # request in flight finishes)
-    request_rate: Annotated[float, Field(gt=0)] | None = None
+        default_factory=lambda: [512, 2048], description="prompt lengths, each its own "
+        "prompt (no prefix cache can serve it)")
+    max_tokens: Annotated[int, Field(ge=2, le=4096)] = Field(
+        default=64, description="tokens generated for decode tok/s")
+    warmup: Annotated[int, Field(ge=0, le=20)] = Field(
+        default=1, description="replicates per cost load kept in the evidence, not analysed")
+    replicates: Annotated[int, Field(ge=1, le=50)] = Field(
+        default=3, description="replicates per cost load (two cost loads: 6 per arm)")
+    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(
+        default_factory=lambda: [1, 4], description="requests in flight: 1 is the "
+        "single-stream baseline; above it that many go at once (a flag free alone can cost "
+        "under load)")
+    mode: Literal["burst", "steady"] = Field(
+        default="burst",
+        description="burst: each level's requests at once, all prefills first (the "
+        "regime survival is about); steady: streamed, `level` in flight, a new one as one "
+        "ends (as `vllm bench serve --max-concurrency`), TTFT and ITL from the stream")
+    requests: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
+        default=None, examples=[12], description="steady: requests per replicate and level "
+        "(default: 3 per request in flight)")
+    request_rate: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, examples=[2.0], description="steady: requests started per second, Poisson "
+        "arrivals (default: one as soon as one in flight ends)")
 
     @field_validator("levels")
     @classmethod

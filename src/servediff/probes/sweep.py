@@ -67,22 +67,28 @@ class SweepSettings(ProbeSettings):
     section = "sweep"
     phase = "cost"
 
-    enabled: bool = True
-    lengths: list[Annotated[int, Field(ge=2)]] = Field(default_factory=list)
-    start: Annotated[int, Field(ge=2)] = 512
-    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(default_factory=lambda: [1, 4])
-    # Past this, a request's engine is watched: no work for a stall window is a hang,
-    # an answer later than this is "slow" (it survived).
-    request_timeout_s: Annotated[float, Field(gt=0)] = 120.0
-    # A busy engine that has not answered by then is given up on ("timeout").
-    # None: 10 x request_timeout_s.
-    give_up_s: Annotated[float, Field(gt=0)] | None = None
-    # Achieved prompt tokens must be within this fraction of the nominal count.
-    tolerance: Annotated[float, Field(ge=0, le=0.5)] = 0.02
-    # After a single prompt fails inside the context, lengths are bisected until the
-    # longest that held and the shortest that failed are this many tokens apart.
-    # None: 64 or 5 % of the failing length, whichever is larger; 0: no bisection.
-    resolution: Annotated[int, Field(ge=0)] | None = None
+    enabled: bool = Field(default=True, description="false: the probe does not run")
+    lengths: list[Annotated[int, Field(ge=2)]] = Field(
+        default_factory=list, description="prompt tokens; empty: doubling from `start` to "
+        "the context, the context itself, and one past it")
+    start: Annotated[int, Field(ge=2)] = Field(default=512, description="the first doubled length")
+    levels: list[Annotated[int, Field(ge=1, le=64)]] = Field(
+        default_factory=lambda: [1, 4], description="prompts of a length sent at once "
+        "(several in one prefill)")
+    request_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        default=120.0,
+        description="past it, the engine is watched: no work for a stall window is a "
+        'hang; a later answer is "slow" (it survived)')
+    give_up_s: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, examples=[1200], description='a busy engine not done by then is given up on '
+        '("timeout"); default: 10 x request_timeout_s')
+    tolerance: Annotated[float, Field(ge=0, le=0.5)] = Field(
+        default=0.02,
+        description="achieved prompt tokens within this fraction of the nominal count")
+    resolution: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, examples=[64], description="after a single prompt fails inside the context, "
+        "lengths are bisected to this many tokens between the longest that held and the "
+        "shortest that failed (default: 64 or 5 % of the failing length; 0: no bisection)")
 
     def resolution_at(self, length: int) -> int:
         """How close the bisection brings the limit below a failure at `length`."""
