@@ -9,6 +9,8 @@ before the clock starts, since it happens once per machine, not once per run.
     python benchmarks/plan_overhead.py --plan default   # drift + the full cost protocol
     python benchmarks/plan_overhead.py --plan demo      # the demo's smaller grids
     python benchmarks/plan_overhead.py --plan demo --dtype float32  # as on a CPU without bf16
+    python benchmarks/plan_overhead.py --plan demo --dtype float32 --budget 300  # as
+        # `servediff demo` sizes itself there: rates measured first, grids cut to fit
 
 It also prints the duration `servediff run` estimates before the run, beside the wall.
 
@@ -28,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 from servediff import models
+from servediff.budget import size_demo
 from servediff.derived import write_derived
 from servediff.estimate import estimate
 from servediff.plan import resolve_plan
@@ -51,6 +54,9 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="write the run here instead of a temp folder")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"),
                         help="the plan's engine_options.dtype (default: the plan's own)")
+    parser.add_argument("--budget", type=float, default=0.0,
+                        help="demo: cut its grids to fit this many seconds, as `servediff "
+                             "demo --budget` does (0: the whole plan)")
     args = parser.parse_args()
     models.smollm2_dir(lambda message: None)
     text = (DEFAULT if args.plan == "default" else
@@ -59,7 +65,12 @@ def main() -> None:
     if args.dtype:
         raw.setdefault("engine_options", {})["dtype"] = args.dtype
     plan, corpus = resolve_plan(raw, f"{args.plan}.toml", Path.cwd())
-    found = estimate(plan, protocol_size(plan, corpus), Path.cwd())
+    measured = None
+    if args.budget:
+        sized = size_demo(raw, args.budget, Path.cwd(), print)
+        plan, corpus, measured = sized.plan, sized.corpus, sized.measured
+        print(f"measured {measured[0]}, start {measured[1]:.1f} s; cuts: {sized.cuts}")
+    found = estimate(plan, protocol_size(plan, corpus), Path.cwd(), measured)
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp) / "run"
         t0, started = time.monotonic(), time.time()

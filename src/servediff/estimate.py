@@ -134,18 +134,20 @@ def cpu_rates(plan: Plan, adapter: EngineAdapter) -> Rates:
     return CPU_FP32 if dtype == "float32" else CPU
 
 
-def estimate(plan: Plan, size: Size, base_dir: Path) -> Estimate | str:
-    """The estimate, or why there is none."""
+def estimate(plan: Plan, size: Size, base_dir: Path,
+             measured: tuple[Rates, float] | None = None) -> Estimate | str:
+    """The estimate, or why there is none; `measured`: the rates and a load's start
+    measured on this machine (servediff.calibrate), in place of the reference ones."""
     found = model_parameters(plan.model, base_dir)
     if found is None:
         return "no duration estimate: the model's size is not known before it loads"
     parameters, how = found
     adapter = registry.create(plan.engine)
-    rates = GPU if on_gpu(plan) else cpu_rates(plan, adapter)
+    rates = measured[0] if measured else GPU if on_gpu(plan) else cpu_rates(plan, adapter)
     scale = parameters / rates.parameters
     decode = rates.decode_tok_s / (scale if rates is not GPU else 1.0)
     compute = size.prompt_tokens / (rates.prefill_tok_s / scale) + size.new_tokens / decode
-    start = adapter.typical_start_s
+    start = measured[1] if measured else adapter.typical_start_s
     # one gate before each cost load, or before the cost part of a combined load
     cost_parts = sum(map(plan.cost_loads_of, plan.arms)) if cost_runs(plan) else 0
     gated = (cost_parts if plan.quiet.gate_cost else 0) + (

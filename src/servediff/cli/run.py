@@ -13,12 +13,12 @@ import click
 from rich.console import RenderableType
 
 from servediff import sequential
-from servediff.bundle import Layout, as_run, read_evidence
+from servediff.bundle import Layout, as_run, read_evidence, read_lock
 from servediff.cli.console import err, out
 from servediff.cli.progress import RichObserver
 from servediff.corpus import Corpus
 from servediff.errors import InputError
-from servediff.estimate import describe, estimate, shape_lines
+from servediff.estimate import Rates, describe, duration, estimate, shape_lines
 from servediff.plan import Plan, load_plan_file, resolve_plan
 from servediff.policy import unmeasured
 from servediff.probes import protocol_size
@@ -47,7 +47,7 @@ ASK_ABOVE_REQUESTS = 1000
 
 
 def announce(plan: Plan, corpus: Corpus, root: Path, base: Path, yes: bool,
-             source: str) -> None:
+             source: str, measured: tuple[Rates, float] | None = None) -> None:
     """Say the protocol's size and a rough duration before anything starts; refuse a big
     new run from a script unless --yes says it is meant."""
     size = protocol_size(plan, corpus)
@@ -56,7 +56,7 @@ def announce(plan: Plan, corpus: Corpus, root: Path, base: Path, yes: bool,
               f"requests{notes}", highlight=False)
     for line in shape_lines(plan, size):
         err.print(line, highlight=False)
-    err.print(describe(estimate(plan, size, base)), highlight=False)
+    err.print(describe(estimate(plan, size, base, measured)), highlight=False)
     if (size.requests > ASK_ABOVE_REQUESTS and not yes and not root.exists()
             and not sys.stdin.isatty()):
         raise InputError(
@@ -73,19 +73,50 @@ def only_arms(summary: Summary, arms: list[str]) -> Summary:
         "arm_shifts": [s for s in summary.arm_shifts if s.arm_a in arms and s.arm_b in arms]})
 
 
-def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False,
-            ray: str | None = None) -> None:
-    if plan_source is None:
-        import tomllib
+def sized_demo(budget_s: float, base: Path
+               ) -> tuple[Plan, Corpus, tuple[Rates, float] | None]:
+    """The demo plan, its grids cut to fit `budget_s` at the rates this machine measures
+    now (0: the whole demo, and the reference rates)."""
+    import tomllib
 
-        text = resources.files("servediff.plans").joinpath("demo.toml").read_text()
-        plan, corpus = resolve_plan(tomllib.loads(text), "demo.toml", Path.cwd())
+    raw = tomllib.loads(resources.files("servediff.plans").joinpath("demo.toml").read_text())
+    if not budget_s:
+        plan, corpus = resolve_plan(raw, "demo.toml", base)
+        return plan, corpus, None
+    from servediff.budget import size_demo
+
+    err.print(f"budget {duration(budget_s)}: measuring this machine's rates first",
+              highlight=False)
+    sized = size_demo(raw, budget_s, base, lambda message: err.print(message))
+    rates, start = sized.measured
+    err.print(f"measured: prefill {rates.prefill_tok_s:,.0f} tok/s, decode "
+              f"{rates.decode_tok_s:,.1f} tok/s ({rates.source.removeprefix('this machine, ')}"
+              f"), a load's start about {start:.0f} s", highlight=False)
+    for cut in sized.cuts:
+        err.print(f"  cut to fit the budget: {cut}", highlight=False)
+    if sized.expected > budget_s:
+        err.print(f"  still about {duration(sized.expected)}: every cut is made, and more "
+                  "would leave a probe without an answer", highlight=False)
+    return sized.plan, sized.corpus, sized.measured
+
+
+def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False,
+            ray: str | None = None, budget_s: float = 0.0) -> None:
+    measured = None
+    if plan_source is None:
         base = Path.cwd()
+        root = out_dir or _default_out("demo")
+        if Layout(root).lock.exists():  # a demo resumed: the plan it was locked with
+            locked = read_lock(root)
+            plan, corpus = locked.plan, locked.corpus
+        else:
+            plan, corpus, measured = sized_demo(budget_s, base)
     else:
         plan, corpus = load_plan_file(plan_source)
         base = plan_source.parent
-    root = out_dir or _default_out(plan.name)
-    announce(plan, corpus, root, base, yes, plan_source.name if plan_source else "demo")
+        root = out_dir or _default_out(plan.name)
+    announce(plan, corpus, root, base, yes, plan_source.name if plan_source else "demo",
+             measured)
     err.print(f"run directory: {root}  (run the same command with --out {root} to resume)")
     t0 = time.monotonic()
     signal.signal(signal.SIGTERM, _interrupt)
@@ -148,9 +179,13 @@ def run(plan: Path, out_dir: Path | None, yes: bool, ray: str | None) -> None:
     execute(plan, out_dir, yes, ray)
 
 
-@click.command(epilog="Example: servediff demo --out runs/demo")
+@click.command(epilog="Example: servediff demo --out runs/demo --budget 600")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               help="run directory (default runs/demo-<time>); an existing one resumes")
-def demo(out_dir: Path | None) -> None:
+@click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=300.0,
+              show_default=True,
+              help="seconds the demo should take here: its grids are cut to fit, from "
+                   "rates measured on this machine first; 0: the whole demo")
+def demo(out_dir: Path | None, budget_s: float) -> None:
     """Drift and flag-cost audit of SmolLM2-135M on this machine (embedded engine)."""
-    execute(None, out_dir)
+    execute(None, out_dir, budget_s=budget_s)
