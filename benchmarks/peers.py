@@ -233,7 +233,7 @@ def main() -> None:
                 row["lm-eval"] = lm_eval(lm_eval_python, url, served, texts)
                 row["raw c=1 seconds"] = asyncio.run(replay(url, bodies, 1))
                 row["raw c=8 seconds"] = asyncio.run(replay(url, bodies, 8))
-                batch = servediff_cell(session, CellSpec("vllm", r, "batch", 8))
+                batch = servediff_cell(session, CellSpec("vllm", r, "batch", 0, batch_size=8))
                 row["servediff batch 8 seconds"] = batch.wall_seconds
                 rows["rounds"].append(row)
                 print(f"round {r} of {args.rounds} done", file=sys.stderr)

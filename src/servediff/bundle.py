@@ -37,15 +37,16 @@ from servediff.errors import (
     PlanMismatchError,
     SchemaVersionError,
 )
-from servediff.evidence import SCHEMA_VERSION, Cell, LoadRecord
+from servediff.evidence import READABLE, SCHEMA_VERSION, Cell, LoadRecord
 from servediff.plan import LOCK_SCHEMA_VERSION, LockedPlan, Plan, digest, plan_diff
 
 MANIFEST_SCHEMA_VERSION = 1
 _T = TypeVar("_T", Cell, LoadRecord)
 
 
-def read_versioned(path: Path, expected: int) -> dict[str, Any]:
-    """Read a JSON file written by servediff, checking its schema_version."""
+def read_versioned(path: Path, expected: int, older: tuple[int, ...] = ()) -> dict[str, Any]:
+    """Read a JSON file written by servediff, checking its schema_version (`expected`, or
+    one of the `older` ones its model upgrades)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -54,7 +55,7 @@ def read_versioned(path: Path, expected: int) -> dict[str, Any]:
         raise BundleError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or "schema_version" not in data:
         raise SchemaVersionError(f"{path}: no schema_version; not a servediff file")
-    if data["schema_version"] != expected:
+    if data["schema_version"] != expected and data["schema_version"] not in older:
         raise SchemaVersionError(
             f"{path}: schema_version {data['schema_version']!r}; this servediff reads "
             f"version {expected}"
@@ -318,7 +319,7 @@ def read_record(path: Path, model: type[_T]) -> _T:
 
 
 def _parse(path: Path, model: type[_T]) -> _T:
-    data = read_versioned(path, SCHEMA_VERSION)
+    data = read_versioned(path, SCHEMA_VERSION, READABLE)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -3,15 +3,23 @@
 These are the only things the measuring stage writes. Each file carries
 `schema_version`; analysis reads them back through `bundle.py` and nothing
 else.
+
+Schema history (raw files; the summary's is docs/summary.md):
+- 1: the first.
+- 2: a batch cell's size has its own field (`batch_size`; schema 1 kept it in `repeat`),
+  and the prefix probe's rows are its own rows in `data` (schema 1: a `prefix` field).
+  Schema 1 files are read as schema 2 (`Cell`'s reader moves both).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# the raw schema versions this servediff reads (older ones are upgraded as they are read)
+READABLE = (1, 2)
 
 # What a drift probe request asks for: a teacher-forced score or a greedy generation.
 RequestKind = Literal["score", "generate"]
@@ -197,17 +205,6 @@ class SweepPoint(Raw):
     launch: int = 1
 
 
-class PrefixSample(Raw):
-    """One request of the prefix probe: the shared prefix plus question `index`."""
-
-    index: int
-    prompt_tokens: int
-    ttft_s: float | None = None
-    cached_tokens: int | None = None
-    status: Literal["ok", "error"] = "ok"
-    error: str | None = None
-
-
 # The probe names of cells: the registry's (probes/settings.py); the repeat probe's cells
 # are "score", "repeat" and "batch".
 ProbeName = str
@@ -225,15 +222,18 @@ class Skipped(Raw):
 
 class Cell(Raw):
     """One measured (arm, load, probe, repeat) unit, as its file holds it: what was sent and
-    what came back (per probe: records, groups, speed, sweep, prefix or a probe's own
-    `data`), its clocks, and the conditions of the box before and after it."""
+    what came back (per probe: records, groups, speed, sweep or a probe's own `data`), its
+    clocks, and the conditions of the box before and after it."""
 
     schema_version: int = SCHEMA_VERSION
     arm: str
     load: int
     phase: Phase = "drift"
     probe: ProbeName
+    # the repeat number (0: the first pass, and every probe's single cell)
     repeat: int
+    # the batch probe's batch size (None: any other probe)
+    batch_size: int | None = None
     launch: int
     order: list[str]
     started_at: float
@@ -253,21 +253,36 @@ class Cell(Raw):
     # the sweep's planned points, in order, and the context length they came from
     sweep_plan: list[tuple[int, int]] = Field(default_factory=list)
     context_length: int | None = None
-    prefix: list[PrefixSample] = Field(default_factory=list)
-    # a probe's own rows, for a probe whose results have no field above (its module reads
-    # them back: probes/base.py)
+    # a probe's own rows, for a probe whose results have no field above: each a row of
+    # the probe's own model, which its module writes and reads back (probes/base.py)
     data: list[dict[str, JsonValue]] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        """A schema-1 cell as schema 2 has it: a batch cell's size out of `repeat`, the
+        prefix probe's rows out of `prefix` into `data`. Its schema_version stays as read."""
+        if not isinstance(data, dict) or data.get("schema_version") != 1:
+            return data
+        data = dict(data)
+        if data.get("probe") == "batch" and "batch_size" not in data:
+            data["batch_size"], data["repeat"] = data.get("repeat"), 0
+        rows = data.pop("prefix", None)
+        if isinstance(rows, list) and rows:
+            data["data"] = [*rows, *(data.get("data") or [])]
+        return data
 
     @property
     def observations(self) -> int:
         """How many raw observations the cell holds: rows, responses, samples, points."""
         return (len(self.records) + sum(len(g.responses) for g in self.groups)
-                + len(self.speed) + len(self.sweep) + len(self.prefix) + len(self.data))
+                + len(self.speed) + len(self.sweep) + len(self.data))
 
     @property
     def name(self) -> str:
         """The cell's name, as its file is called."""
-        return cell_name(self.arm, self.load, self.probe, self.repeat, self.phase)
+        return cell_name(self.arm, self.load, self.probe, self.repeat, self.phase,
+                         self.batch_size)
 
 
 class Stop(Raw):
@@ -443,9 +458,10 @@ class LoadRecord(Raw):
         return said.pop()
 
 
-def cell_name(arm: str, load: int, probe: str, repeat: int, phase: str = "drift") -> str:
-    # `repeat` is the repeat number, or for the batch probe the batch size.
-    suffix = {"repeat": f"-r{repeat}", "batch": f"-b{repeat}"}.get(probe, "")
+def cell_name(arm: str, load: int, probe: str, repeat: int, phase: str = "drift",
+              batch_size: int | None = None) -> str:
+    """`<load>-<probe>`, a repeat's `-r<repeat>` or a batch cell's `-b<batch_size>` after."""
+    suffix = {"repeat": f"-r{repeat}", "batch": f"-b{batch_size}"}.get(probe, "")
     return f"{load_name(arm, load, phase)}-{probe}{suffix}"
 
 

@@ -46,7 +46,7 @@ from servediff.errors import (
     IntegrityError,
     OutputDirError,
 )
-from servediff.evidence import SCHEMA_VERSION, Cell, LoadRecord, ModelSource, Phase
+from servediff.evidence import READABLE, Cell, LoadRecord, ModelSource, Phase
 from servediff.hub import HubId
 from servediff.launch import EngineLaunch
 from servediff.plan import Plan, lock
@@ -110,7 +110,7 @@ def other_version(path: Path) -> bool:
     except (ValueError, UnicodeDecodeError):
         return False
     version = data.get("schema_version") if isinstance(data, dict) else None
-    return isinstance(version, int) and version != SCHEMA_VERSION
+    return isinstance(version, int) and version not in READABLE
 
 
 def check_cells(layout: Layout, say: Callable[[str], None]) -> None:

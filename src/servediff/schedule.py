@@ -24,10 +24,13 @@ class CellSpec:
     probe: ProbeName
     repeat: int
     phase: Phase = "drift"
+    # the batch probe's batch size (None: any other probe)
+    batch_size: int | None = None
 
     @property
     def name(self) -> str:
-        return cell_name(self.arm, self.load, self.probe, self.repeat, self.phase)
+        return cell_name(self.arm, self.load, self.probe, self.repeat, self.phase,
+                         self.batch_size)
 
 
 def cost_runs(plan: Plan) -> bool:

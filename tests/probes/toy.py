@@ -22,9 +22,9 @@ from pydantic import Field
 
 from servediff.bundle import Layout
 from servediff.errors import EngineError
-from servediff.evidence import Cell
+from servediff.evidence import Cell, Raw
 from servediff.plan import Plan
-from servediff.probes.base import Probe, ProbeClaim, ProbeFinding, Work
+from servediff.probes.base import Probe, ProbeClaim, ProbeFinding, Work, add_row, rows
 from servediff.probes.settings import ProbeSettings
 from servediff.schedule import CellSpec
 
@@ -43,6 +43,15 @@ class TokenizeSettings(ProbeSettings):
 
     enabled: bool = False
     requests: Annotated[int, Field(ge=1, le=100)] = 3
+
+
+class TokenizeRow(Raw):
+    """One request: its index, and the answer's hash and latency or the error."""
+
+    index: int
+    seconds: float | None = None
+    hash: str | None = None
+    error: str | None = None
 
 
 class ArmTokenize(ProbeFinding):
@@ -82,10 +91,10 @@ class Tokenize(Probe[TokenizeSettings]):
             try:
                 ids = ctx.adapter.tokenize(ctx.engine, TEXT, ctx.options)
             except EngineError as exc:
-                out.data.append({"index": index, "error": str(exc)})
+                add_row(out, TokenizeRow(index=index, error=str(exc)))
                 continue
-            out.data.append({"index": index, "seconds": round(time.monotonic() - t0, 6),
-                             "hash": hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]})
+            add_row(out, TokenizeRow(index=index, seconds=round(time.monotonic() - t0, 6),
+                                     hash=hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]))
             ctx.observer.cell_advanced(index + 1)
         ctx.finish(out)
 
@@ -93,11 +102,11 @@ class Tokenize(Probe[TokenizeSettings]):
         arms: dict[str, ArmTokenize] = {}
         for arm in plan.arms:
             mine = [c for c in cells if c.arm == arm]
-            rows = [row for c in mine for row in c.data]
-            if rows:
+            got = [row for c in mine for row in rows(c, TokenizeRow)]
+            if got:
                 arms[arm] = ArmTokenize(
-                    requests=len(rows), errors=sum("error" in r for r in rows),
-                    distinct=len({r["hash"] for r in rows if "hash" in r}),
+                    requests=len(got), errors=sum(r.error is not None for r in got),
+                    distinct=len({r.hash for r in got if r.hash is not None}),
                     cells=[Layout.cell_ref(c.name) for c in mine])
         return TokenizeFinding(arms=arms) if arms else None
 

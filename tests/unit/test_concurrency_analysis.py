@@ -107,7 +107,7 @@ def test_generation_that_differs_between_loads_is_across_load(tmp_path: Path):
 
 
 def batch_cell(shift: float):
-    c = cell("a", 1, "batch", 8, shifts={"beta": shift})
+    c = cell("a", 1, "batch", batch_size=8, shifts={"beta": shift})
     c.records = [Record(**{**r.model_dump(), "batch_size": 8}) for r in c.records]
     return c
 

@@ -137,3 +137,32 @@ def test_report_lists_what_was_not_tested(tmp_path: Path):
     for probe in ("concurrency", "speed", "sweep", "prefix", "capacity", "generate"):
         assert f"`{probe}`" in report
     assert "### Arm `a`: bit-identical" in report
+
+
+def test_a_schema_1_cell_is_read_as_schema_2(tmp_path: Path):
+    """Raw schema 1 kept a batch cell's size in `repeat` and the prefix probe's rows in a
+    `prefix` field; the same bundle written in schema 1 gives the same summary."""
+    from servediff.probes.prefix import PrefixSample, prefix_arm
+    from tests.fixtures.bundles import prefix_cell
+
+    cells = [*stable("a", 1), cell("a", 1, "batch", batch_size=4, shifts={"beta": 0.5}),
+             *stable("a", 2)]
+    root = make_bundle(tmp_path / "new", cells, arms=("a",))
+    new = summarize(read_evidence(root))
+    assert [(p.batch_size, p.moved) for p in new.arms["a"].batch_size] == [(4, 1)]
+    path = root / "cells" / "a-load1-batch-b4.json"
+    data = json.loads(path.read_text())
+    assert (data["schema_version"], data["repeat"], data["batch_size"]) == (2, 0, 4)
+    old = dict(data, schema_version=1, repeat=4)
+    del old["batch_size"]
+    path.write_text(json.dumps(old))
+    assert summarize(read_evidence(root)).arms == new.arms
+
+    prefix = prefix_cell("a", 1, ttft=[0.9, 0.2, 0.2], cached=[0, 4096, 4096])
+    written = prefix.model_dump(mode="json")
+    schema_1 = dict(written, schema_version=1, prefix=written.pop("data"))
+    read = type(prefix).model_validate(schema_1)
+    assert read.data == prefix.data and read.observations == 3
+    assert prefix_arm([read]) == prefix_arm([prefix])
+    assert prefix_arm([read]).later_cached_tokens == 4096
+    assert [PrefixSample.model_validate(r).index for r in read.data] == [0, 1, 2]

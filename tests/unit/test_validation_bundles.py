@@ -251,7 +251,7 @@ def rederives(run: Path) -> Summary:
     """The run's summary re-derived: equal to summary.json where that is in today's schema,
     and holding every value of an older one at the same place (what `rederive` checks)."""
     stored = json.loads((run / "summary.json").read_text())
-    assert stored["schema_version"] in (3, 4, 5, 8, 9, 10, 12, 13, 14, 16,
+    assert stored["schema_version"] in (3, 4, 5, 8, 9, 10, 12, 13, 14, 16, 19,
                                         SUMMARY_SCHEMA_VERSION)
     summary = summarize(read_evidence(run))
     assert differences(stored, json.loads(summary.model_dump_json()), limit=0)[1] == []

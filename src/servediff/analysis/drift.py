@@ -188,12 +188,13 @@ def analyse_arm(cells: list[Cell], threshold: float, prefix_cache: bool | None,
     skipped: list[SkippedRepeat] = []
     batches: list[BatchPair] = []
     batch_cells: list[Cell] = []
-    for cell in sorted((c for c in cells if c.probe == "batch"), key=lambda c: (c.load, c.repeat)):
+    for cell in sorted((c for c in cells if c.batch_size is not None),
+                       key=lambda c: (c.load, c.batch_size or 0)):
         base = next((c for c in score_cells if c.load == cell.load), None)
-        if base is not None and base.launch == cell.launch:
+        if base is not None and base.launch == cell.launch and cell.batch_size is not None:
             sizes = sorted({r.batch_size for r in base.records})
             comp = compare_cells(base, cell, threshold, shapes)
-            batches.append(BatchPair(load=cell.load, batch_size=cell.repeat,
+            batches.append(BatchPair(load=cell.load, batch_size=cell.batch_size,
                                      arm_batch_size=max(sizes) if sizes else None,
                                      **comp.model_dump()))
             if comp.moved:
@@ -337,6 +338,7 @@ def did_not_start(evidence: Evidence) -> list[DidNotStart]:
 
 def partial_cells(evidence: Evidence) -> list[PartialCell]:
     return [PartialCell(arm=c.arm, load=c.load, probe=c.probe, repeat=c.repeat,
+                        batch_size=c.batch_size,
                         launch=c.launch, rows=len(c.records)) for c in evidence.partial]
 
 

@@ -18,6 +18,8 @@ class ScoreRow(Finding):
     load: int
     probe: str
     repeat: int
+    # a batch cell's batch size (None: any other cell)
+    batch_size: int | None
     launch: int
     tag: str
     prefix: str
@@ -70,6 +72,7 @@ def _where(r: Record, ref: Cell | None) -> tuple[str | None, MovedText | None]:
 def _row(cell: Cell, r: Record, ref: Cell | None) -> ScoreRow:
     vs, m = _where(r, ref)
     return ScoreRow(arm=cell.arm, load=cell.load, probe=cell.probe, repeat=cell.repeat,
+                    batch_size=cell.batch_size,
                     launch=cell.launch, tag=r.tag, prefix=r.prefix, token_ids=r.token_ids,
                     n_tokens=r.n_tokens, n_scored=r.n_scored, sum_nll=r.sum_nll,
                     status=r.status, vs=vs, first_differs=None if m is None else m.first,

@@ -40,12 +40,13 @@ def scores(run_dir: Path, as_json: bool, arm: str | None, load: int | None,
         for row in rows:
             out.print(row.model_dump_json(), markup=False, highlight=False, soft_wrap=True)
         return
-    table = Table("arm", "load", "probe", "repeat", "tag", "n_tokens", "sum_nll", "status",
-                  "first diff")
+    table = Table("arm", "load", "probe", "repeat", "batch", "tag", "n_tokens", "sum_nll",
+                  "status", "first diff")
     for column in table.columns:  # a tag or a sum NLL is folded onto the next line, never cut
         column.overflow = "fold"
     for row in rows:
-        table.add_row(row.arm, str(row.load), row.probe, str(row.repeat), row.tag,
+        table.add_row(row.arm, str(row.load), row.probe, str(row.repeat),
+                      "" if row.batch_size is None else str(row.batch_size), row.tag,
                       str(row.n_tokens), repr(row.sum_nll), row.status, _first_diff(row))
     out.print(table)
     out.print("first diff: the first position whose logprob differs from the same text in "

@@ -88,6 +88,17 @@ class ProbeClaim(BaseModel):
 
 
 S = TypeVar("S", bound=ProbeSettings)
+R = TypeVar("R", bound=BaseModel)
+
+
+def rows(cell: Cell, model: type[R]) -> list[R]:
+    """A cell's own rows (`Cell.data`) read back as the probe's row model."""
+    return [model.model_validate(row) for row in cell.data]
+
+
+def add_row(cell: Cell, row: BaseModel) -> None:
+    """Keep one row of the probe's own model in the cell (`Cell.data`)."""
+    cell.data.append(row.model_dump(mode="json"))
 
 
 class Probe(ABC, Generic[S]):

@@ -129,7 +129,8 @@ class ProbeContext:
     def cell(self, spec: CellSpec, order: list[str] | None = None) -> Cell:
         """A new cell of this launch, its conditions read now; its clock starts now."""
         return Cell(arm=spec.arm, load=spec.load, phase=spec.phase, probe=spec.probe,
-                    repeat=spec.repeat, launch=self.attempt, order=order or [],
+                    repeat=spec.repeat, batch_size=spec.batch_size, launch=self.attempt,
+                    order=order or [],
                     started_at=time.time(), wall_seconds=0.0, engine_seconds=0.0,
                     conditions=self.started.conditions(), records=[],
                     context_length=self.context_length)

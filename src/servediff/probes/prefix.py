@@ -25,10 +25,10 @@ from servediff.bundle import Layout
 from servediff.digits import cell as cell_text
 from servediff.digits import num3
 from servediff.errors import EngineError
-from servediff.evidence import Cell, PrefixSample
+from servediff.evidence import Cell, Raw
 from servediff.plan import Plan
 from servediff.probes import prompts
-from servediff.probes.base import Probe, ProbeClaim, ProbeFinding, Work
+from servediff.probes.base import Probe, ProbeClaim, ProbeFinding, Work, add_row, rows
 from servediff.probes.settings import ProbeSettings
 from servediff.schedule import CellSpec
 
@@ -49,6 +49,18 @@ class PrefixSettings(ProbeSettings):
         default=32, description="tokens of each different question after it")
     requests: Annotated[int, Field(ge=2, le=64)] = Field(
         default=4, description="requests, one after another: the first fills the cache")
+
+
+class PrefixSample(Raw):
+    """One request of the prefix probe (a row of its cell's `data`): the shared prefix plus
+    question `index`."""
+
+    index: int
+    prompt_tokens: int
+    ttft_s: float | None = None
+    cached_tokens: int | None = None
+    status: Literal["ok", "error"] = "ok"
+    error: str | None = None
 
 
 def prefix_size(spec: PrefixSettings, context: int | None) -> int:
@@ -90,7 +102,7 @@ def prefix_arm(cells: Sequence[Cell]) -> Prefix:
     mine = sorted(cells, key=lambda c: c.load)
     loads: list[PrefixLoad] = []
     for cell in mine:
-        ok = [s for s in cell.prefix if s.status == "ok"]
+        ok = [s for s in rows(cell, PrefixSample) if s.status == "ok"]
         if not ok:
             loads.append(PrefixLoad(load=cell.load, ok=0))
             continue
@@ -178,13 +190,13 @@ class PrefixProbe(Probe[PrefixSettings]):
             try:
                 got = ctx.adapter.generate(ctx.engine, ids, 1, ctx.options)
             except EngineError as exc:
-                out.prefix.append(PrefixSample(index=index, prompt_tokens=len(ids),
-                                               status="error", error=str(exc)))
+                add_row(out, PrefixSample(index=index, prompt_tokens=len(ids),
+                                          status="error", error=str(exc)))
             else:
-                out.prefix.append(PrefixSample(index=index, prompt_tokens=len(ids),
-                                               ttft_s=round(time.monotonic() - t0, 6),
-                                               cached_tokens=got.cached_tokens))
-            obs.cell_advanced(len(out.prefix))
+                add_row(out, PrefixSample(index=index, prompt_tokens=len(ids),
+                                          ttft_s=round(time.monotonic() - t0, 6),
+                                          cached_tokens=got.cached_tokens))
+            obs.cell_advanced(len(out.data))
         ctx.finish(out)
 
     def analyse(self, plan: Plan, cells: Sequence[Cell]) -> PrefixFinding | None:

@@ -98,10 +98,10 @@ class RepeatProbe(Probe[RepeatSettings]):
             return [CellSpec(arm, load, "score", 0)]
         return [CellSpec(arm, load, "score", 0),
                 *(CellSpec(arm, load, "repeat", r) for r in range(1, repeat.count + 1)),
-                *(CellSpec(arm, load, "batch", b) for b in repeat.batch_sizes)]
+                *(CellSpec(arm, load, "batch", 0, batch_size=b) for b in repeat.batch_sizes)]
 
     def work(self, plan: Plan, texts: Sequence[int], context: int, cell: CellSpec) -> Work:
-        requests = -(-len(texts) // cell.repeat) if cell.probe == "batch" else len(texts)
+        requests = -(-len(texts) // cell.batch_size) if cell.batch_size else len(texts)
         return Work(requests=requests, prompt_tokens=sum(texts), new_tokens=0)
 
     def order(self, ctx: ProbeContext, cell: CellSpec) -> list[str]:
@@ -117,7 +117,7 @@ class RepeatProbe(Probe[RepeatSettings]):
         obs.cell_starting(cell.name, len(order))
         out = ctx.cell(cell, order)
         engine_seconds = 0.0
-        size = cell.repeat if cell.probe == "batch" else ctx.options.batch_size
+        size = cell.batch_size or ctx.options.batch_size
         for batch_no, batch_tags in enumerate(_chunks(order, size)):
             batch = [ids[tag] for tag in batch_tags]
             r0 = time.monotonic()

@@ -124,5 +124,7 @@ class PartialCell(Finding):
     load: int
     probe: str
     repeat: int
+    # a batch cell's batch size (schema 20; before, `repeat` held it)
+    batch_size: int | None = None
     launch: int
     rows: int
