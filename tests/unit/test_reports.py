@@ -230,3 +230,23 @@ def test_report_html_renders_emphasis_and_links_evidence_files():
     assert '<a href="cells/b-cost1-speed.json">' in page
     assert "<code>a_b</code>" in page and "snake_case stays" in page
     assert "<p><em>a whole line</em></p>" in page
+
+
+def test_every_claim_class_has_its_words_registered_once():
+    """report/words.py says each claim class's sentence, regime and label in one entry;
+    a claim class without one is refused by name, not worded as another class."""
+    from typing import get_args
+
+    from servediff.analysis.findings import Claim, Finding
+    from servediff.report import words
+
+    classes = set(get_args(get_args(Claim)[0]))
+    assert classes and classes == set(words.SAID)
+
+    class Unworded(Finding):
+        kind: str = "cost"
+
+    with pytest.raises(TypeError, match="no words for a Unworded"):
+        words.claim_text(Unworded())
+    with pytest.raises(TypeError, match="no words for a Unworded"):
+        words.shown_kind(Unworded())  # type: ignore[arg-type]

@@ -7,8 +7,10 @@ the same thing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from functools import singledispatch
+from typing import Any, Generic, TypeVar
 
 from servediff import probes
 from servediff.analysis.findings import (
@@ -59,6 +61,8 @@ from servediff.digits import num3
 from servediff.evidence import RequestKind
 from servediff.probes.base import Untested
 from servediff.probes.speed import in_flight, levels_text
+
+C = TypeVar("C", bound=Finding)
 
 METRIC_NAMES: dict[Metric, str] = {"decode_tok_s": "decode tok/s",
                                    "prefill_tok_s": "prefill tok/s", "ttft_s": "TTFT (s)"}
@@ -401,110 +405,92 @@ def _startup_text(c: StartupClaim) -> str:
     return f"start-up to ready: {size} ({s.mean_b / s.mean_a - 1:+.0%})"
 
 
-# One renderer per claim class (singledispatch): a new claim class without its words fails
-# loudly at the first report instead of falling through to another class's sentence.
-@singledispatch
+SHOWN = ("cost", "gain", "within noise", "drift")
+
+
+@dataclass(frozen=True)
+class Said(Generic[C]):
+    """What the report says of one claim class: its sentence, the regime it covers ("" where
+    it states none) and the label it is listed under in the verdict (None: not listed)."""
+
+    text: Callable[[C], str]
+    regime: Callable[[C], str]
+    label: Callable[[C], str | None]
+
+
+def _no_regime(c: Finding) -> str:
+    return ""
+
+
+def _by_kind(c: Claim) -> str | None:
+    """Costs, gains, within noise and drift are listed under their kind; the rest not."""
+    return c.kind if c.kind in SHOWN else None
+
+
+def _timed(c: SpeedClaim | StartupClaim) -> str | None:
+    """Speed or start-up timed on more than one machine, or speed on a busy one, is listed
+    as that, never as a plain cost or gain."""
+    if len(c.comparison.rooms) > 1:
+        return "two machines"
+    if isinstance(c, SpeedClaim) and c.comparison.busy:
+        return "busy machine"
+    return _by_kind(c)
+
+
+# One entry per claim class: a new claim class without its words fails loudly at the
+# first report instead of falling through to another class's sentence.
+SAID: dict[type[Finding], Said[Any]] = {}
+
+
+def says(cls: type[C], text: Callable[[C], str], regime: Callable[[C], str] = _no_regime,
+         label: Callable[[C], str | None] | None = None) -> None:
+    """Register what the report says of a claim class (label: by its kind by default)."""
+    SAID[cls] = Said[Any](text, regime, label or _by_kind)
+
+
+def _said(c: Finding) -> Said[Any]:
+    said = SAID.get(type(c))
+    if said is None:
+        raise TypeError(f"no words for a {type(c).__name__}")
+    return said
+
+
 def claim_text(c: Finding) -> str:
-    raise TypeError(f"no words for a {type(c).__name__}")
+    return _said(c).text(c)
 
 
-@claim_text.register
-def _(c: DriftClaim) -> str:
+def claim_regime(c: Finding) -> str:
+    """The regime a claim covers, in words ("" where it states none)."""
+    return _said(c).regime(c)
+
+
+def shown_kind(c: Claim) -> str | None:
+    """The label a claim is listed under in the report's verdict, or None (not listed)."""
+    return _said(c).label(c)
+
+
+def _drift_text(c: DriftClaim) -> str:
     tail = (f" (max |dNLL| {c.max_abs_delta:.3g})" if c.moved else
             " (bit-identical)" if c.bit_identical else "")
     return (f"`{c.arm}` moved {c.moved} of {c.compared} texts between cold loads "
             f"{c.load_a} and {c.load_b}{tail}")
 
 
-@claim_text.register
-def _(c: SignatureClaim) -> str:
-    return f"`{c.arm}` drift signature: {signature_text(c.signature)}"
-
-
-@claim_text.register
-def _(c: SpeedClaim) -> str:
-    return _speed_text(c)
-
-
-@claim_text.register
-def _(c: TrendClaim) -> str:
+def _trend_text(c: TrendClaim) -> str:
     at_once = f", {c.trend.concurrency} at once" if c.trend.concurrency > 1 else ""
     return (f"`{c.arm}`: {METRIC_NAMES[c.trend.metric]} at {c.trend.prompt_tokens} tokens"
             f"{at_once} moved in one direction over every replicate "
             "(thermal or cache artefact?)")
 
 
-@claim_text.register
-def _(c: CapacityClaim) -> str:
-    return _capacity_text(c)
-
-
-@claim_text.register
-def _(c: FailureClaim) -> str:
+def _failure_text(c: FailureClaim) -> str:
     tail = (" (both arms failed there)" if c.both_failed else
             f" (a gain for `{c.gain_for}`, which held there)" if c.gain_for else "")
     bound = f"; {limit_text(c.limit)}" if c.limit is not None else ""
     return failure_text(c.arm, c.point) + bound + tail
 
 
-@claim_text.register
-def _(c: SurvivalClaim) -> str:
-    return survival_text(c)
-
-
-@claim_text.register
-def _(c: RefusedClaim) -> str:
-    return refused_text(c.arm, c.message, c.launches)
-
-
-@claim_text.register
-def _(c: StartupClaim) -> str:
-    return _startup_text(c)
-
-
-@claim_text.register
-def _(c: ProbeFindingClaim) -> str:
-    return c.text  # the probe's own words (its `compare`)
-
-
-def refused_text(arm: str, message: str, launches: int) -> str:
-    return (f"`{arm}` did not start: the engine refused it at all {launches} launches "
-            f"(\"{message}\"); this configuration does not exist on this stack, and "
-            "nothing of it was measured")
-
-
-SHOWN = ("cost", "gain", "within noise", "drift")
-
-
-def shown_kind(c: Claim) -> str | None:
-    """The label a claim is listed under in the report's verdict, or None (not listed):
-    costs, gains, within noise, drift; speed measured on a busy machine, and speed or
-    start-up measured on more than one machine."""
-    if isinstance(c, SpeedClaim | StartupClaim) and len(c.comparison.rooms) > 1:
-        return "two machines"
-    if isinstance(c, SpeedClaim) and c.comparison.busy:
-        return "busy machine"
-    return c.kind if c.kind in SHOWN else None
-
-
-@singledispatch
-def claim_regime(c: Finding) -> str:
-    """The regime a claim covers, in words ("" where it states none)."""
-    return ""
-
-
-@claim_regime.register
-def _(c: DriftClaim) -> str:
-    return f"{c.compared} texts, teacher-forced"
-
-
-@claim_regime.register
-def _(c: SignatureClaim) -> str:
-    return "drift probes run"
-
-
-@claim_regime.register
-def _(c: SpeedClaim) -> str:
+def _speed_regime(c: SpeedClaim) -> str:
     row = c.comparison
     if row.difference_band95 is None:
         return ""
@@ -512,32 +498,36 @@ def _(c: SpeedClaim) -> str:
             f"{row.replicates[0]}+{row.replicates[1]} replicates")
 
 
-@claim_regime.register
-def _(c: CapacityClaim) -> str:
+def _capacity_regime(c: CapacityClaim) -> str:
     if not (c.value_a and c.value_b):
         return ""
     return "as the engine reported it at start-up" if c.what == "kv" else \
         "as the engine reported it"
 
 
-@claim_regime.register
-def _(c: FailureClaim) -> str:
-    return f"sweep level {c.point.level}"
-
-
-@claim_regime.register
-def _(c: SurvivalClaim) -> str:
+def _survival_regime(c: SurvivalClaim) -> str:
     return f"sweep lengths {c.lengths[0]:,}..{c.lengths[-1]:,}" if c.lengths else "sweep"
 
 
-@claim_regime.register
-def _(c: ProbeFindingClaim) -> str:
-    return c.regime  # the probe's own words (its `compare`)
+says(DriftClaim, _drift_text, lambda c: f"{c.compared} texts, teacher-forced")
+says(SignatureClaim, lambda c: f"`{c.arm}` drift signature: {signature_text(c.signature)}",
+     lambda c: "drift probes run")
+says(SpeedClaim, _speed_text, _speed_regime, _timed)
+says(TrendClaim, _trend_text)
+says(CapacityClaim, _capacity_text, _capacity_regime)
+says(FailureClaim, _failure_text, lambda c: f"sweep level {c.point.level}")
+says(SurvivalClaim, survival_text, _survival_regime)
+says(RefusedClaim, lambda c: refused_text(c.arm, c.message, c.launches))
+says(StartupClaim, _startup_text,
+     lambda c: f"{c.comparison.starts[0]}+{c.comparison.starts[1]} starts", _timed)
+# a probe's own words, from its `compare`
+says(ProbeFindingClaim, lambda c: c.text, lambda c: c.regime)
 
 
-@claim_regime.register
-def _(c: StartupClaim) -> str:
-    return f"{c.comparison.starts[0]}+{c.comparison.starts[1]} starts"
+def refused_text(arm: str, message: str, launches: int) -> str:
+    return (f"`{arm}` did not start: the engine refused it at all {launches} launches "
+            f"(\"{message}\"); this configuration does not exist on this stack, and "
+            "nothing of it was measured")
 
 
 def coverage_text(c: Coverage) -> str:
