@@ -66,9 +66,11 @@ def main() -> None:
         raw.setdefault("engine_options", {})["dtype"] = args.dtype
     plan, corpus = resolve_plan(raw, f"{args.plan}.toml", Path.cwd())
     measured = None
+    measuring_s = 0.0
     if args.budget:
         sized = size_demo(raw, args.budget, Path.cwd(), print)
         plan, corpus, measured = sized.plan, sized.corpus, sized.measured
+        measuring_s = sized.measuring_s
         print(f"measured {measured[0]}, start {measured[1]:.1f} s; cuts: {sized.cuts}")
     found = estimate(plan, protocol_size(plan, corpus), Path.cwd(), measured)
     with tempfile.TemporaryDirectory() as tmp:
@@ -98,6 +100,9 @@ def main() -> None:
           f"{plan.cost_loads_per_arm} cost loads, {len(corpus.texts)} texts, "
           f"{launches} launches")
     print(f"wall time              {wall:8.1f} s")
+    if args.budget:
+        print(f"measuring the rates    {measuring_s:8.1f} s (before the run, out of the "
+              f"budget: {measuring_s + wall:.1f} s in all against {args.budget:.0f} s)")
     first = min(drift_end.values(), default=started) - started
     print(f"first arm's drift done {first:8.1f} s (its drift table is shown then)")
     print(f"engine start to ready  {ready:8.1f} s")

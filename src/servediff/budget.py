@@ -6,13 +6,15 @@ The demo's estimate comes from rates this machine has just measured
 smaller demo rather than a longer one. Every cut keeps every probe kind and what each
 needs to say anything: two cold loads per arm for drift across loads, two cost loads of
 three replicates for a noise band, one and two requests in flight, the sweep past the
-context. The demo says which cuts it made and why; a run directory it resumes keeps the
+context. The budget is the demo's whole time: the measurement of the rates comes out of
+it first. The demo says which cuts it made and why; a run directory it resumes keeps the
 plan it was locked with.
 """
 
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,28 +100,32 @@ def fit(raw: Raw, budget_s: float, seconds: Callable[[Raw], float]
 
 @dataclass(frozen=True)
 class Sized:
-    """A plan cut to a budget: the rates and start it was sized with, its cuts, and its
-    estimate."""
+    """A plan cut to a budget: the rates and start it was sized with, its cuts, its
+    estimate, and the seconds that measuring the rates took (out of the budget)."""
 
     plan: Plan
     corpus: Corpus
     measured: tuple[Rates, float]
     cuts: list[str]
     expected: float
+    measuring_s: float = 0.0
 
 
 def size_demo(raw: Raw, budget_s: float, base: Path, say: Callable[[str], None]) -> Sized:
-    """The demo plan `raw` cut to `budget_s` at the rates this machine measures now."""
+    """The demo plan `raw` cut to `budget_s`, less the time the measurement takes, at the
+    rates this machine measures now."""
     from servediff.calibrate import embedded_rates
 
+    t0 = time.monotonic()
     plan, corpus = resolve_plan(raw, "demo.toml", base)
     measured = embedded_rates(plan, corpus, say)
+    measuring_s = time.monotonic() - t0
 
     def seconds(sized: Raw) -> float:
         p, c = resolve_plan(sized, "demo.toml", base)
         found = estimate(p, protocol_size(p, c), base, measured)
         return found.seconds if isinstance(found, Estimate) else 0.0
 
-    sized, cuts, expected = fit(raw, budget_s, seconds)
+    sized, cuts, expected = fit(raw, budget_s - measuring_s, seconds)
     plan, corpus = resolve_plan(sized, "demo.toml", base)
-    return Sized(plan, corpus, measured, cuts, expected)
+    return Sized(plan, corpus, measured, cuts, expected, measuring_s)

@@ -113,3 +113,20 @@ def test_the_rates_are_measured_on_the_real_embedded_engine(tmp_path: Path):
     assert rates.source == "this machine, measured just now in float32"
     assert 10 < rates.prefill_tok_s < 1_000_000 and 0.5 < rates.decode_tok_s < 10_000
     assert rates.prefill_tok_s > rates.decode_tok_s and 0 < start < 600
+
+
+def test_the_time_the_measurement_takes_comes_out_of_the_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The budget is the demo's whole time: a measurement that takes 100 s of 600 leaves
+    the run 500, so the demo is cut further than with the measurement free."""
+    from servediff import budget, calibrate
+
+    clock = iter([0.0, 100.0])
+    monkeypatch.setattr(budget.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(calibrate, "embedded_rates", lambda *args: SLOW)
+    sized = budget.size_demo(copy.deepcopy(DEMO), 600, tmp_path, lambda message: None)
+    assert sized.measuring_s == 100.0
+    _, free, _ = fit(DEMO, 600, lambda raw: seconds(raw, tmp_path))
+    _, paid, expected = fit(DEMO, 500, lambda raw: seconds(raw, tmp_path))
+    assert sized.cuts == paid and len(paid) > len(free)
+    assert sized.expected == pytest.approx(expected)

@@ -91,10 +91,11 @@ def sized_demo(budget_s: float, base: Path
     rates, start = sized.measured
     err.print(f"measured: prefill {rates.prefill_tok_s:,.0f} tok/s, decode "
               f"{rates.decode_tok_s:,.1f} tok/s ({rates.source.removeprefix('this machine, ')}"
-              f"), a load's start about {start:.0f} s", highlight=False)
+              f"), a load's start about {start:.0f} s; the measurement took "
+              f"{sized.measuring_s:.0f} s of the budget", highlight=False)
     for cut in sized.cuts:
         err.print(f"  cut to fit the budget: {cut}", highlight=False)
-    if sized.expected > budget_s:
+    if sized.expected > budget_s - sized.measuring_s:
         err.print(f"  still about {duration(sized.expected)}: every cut is made, and more "
                   "would leave a probe without an answer", highlight=False)
     return sized.plan, sized.corpus, sized.measured
