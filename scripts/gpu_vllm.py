@@ -84,16 +84,21 @@ def plans(device: str, model: Path) -> list[tuple[str, str]]:
         # cache is shared between the loads of an arm in the first (vLLM's own default
         # keeps it in ~/.cache/vllm) and fresh per load in the second
         ("h200-vllm-batch-invariant", ("batch_invariant",), "shared"),
-        ("h200-vllm-eager", ("eager",), "fresh"))]
+        ("h200-vllm-eager", ("eager",), "fresh"),
+        # the drift part alone, for a lease too short for the cost probes too: 4 starts
+        # with fresh caches, nothing but the drift probes in each
+        ("h200-vllm-eager-drift", ("eager",), "fresh"))]
 
 
 def plan(name: str, device: str, model: Path, factors: tuple[str, ...], cache: str) -> str:
     gpu = device == "cuda"
     full = len(factors) == len(FACTORS)
     served = launch(device).replace("[launch]\n", f'[launch]\ncache_policy = "{cache}"\n')
-    return (
+    drift_only = name.endswith("-drift")
+    loads = ("" if drift_only else 'cost_loads_per_arm = 2\nloads = "combined"\n')
+    text = (
         f'name = "{name}"\nengine = "vllm"\nmodel = "{model}"\n'
-        'loads_per_arm = 2\ncost_loads_per_arm = 2\nloads = "combined"\n' + served
+        'loads_per_arm = 2\n' + loads + served
         + "".join(FACTORS[f] for f in factors)
         + f"[corpus]\nmax_texts = {16 if gpu else 4}\n"
         + "[probes.repeat]\ncount = 1\nbatch_sizes = [8]\n"
@@ -107,6 +112,9 @@ def plan(name: str, device: str, model: Path, factors: tuple[str, ...], cache: s
         + f"levels = {[1, 4] if full else [1]}\nresolution = 16\n"
         + f"[probes.prefix]\nprefix_tokens = {2048 if gpu else 512}\n"
         + "question_tokens = 32\nrequests = 3\n" + QUIET)
+    for probe in ("speed", "sweep", "prefix") if drift_only else ():
+        text = text.replace(f"[probes.{probe}]\n", f"[probes.{probe}]\nenabled = false\n")
+    return text
 
 
 def main() -> None:
