@@ -53,3 +53,15 @@ def test_docs_summary_states_the_code_schema_version_and_each_version_once():
     # no other page or docstring keeps a "now N" of its own
     for path in [ROOT / "docs" / "architecture.md", *SRC.rglob("*.py")]:
         assert not re.search(r"schema(?:_version`)? \(?now \d+", path.read_text("utf-8")), path
+
+
+def test_the_raw_schema_history_ends_at_the_code_s_version_and_the_reader_takes_each():
+    import servediff.evidence as evidence
+
+    doc = evidence.__doc__ or ""
+    history = doc.split("Schema history", 1)[1]
+    versions = [int(v) for v in re.findall(r"^- (\d+):", history, re.M)]
+    assert versions == list(range(1, evidence.SCHEMA_VERSION + 1))
+    assert evidence.READABLE == tuple(versions)
+    arch = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert f"the raw schema (version {evidence.SCHEMA_VERSION};" in arch
