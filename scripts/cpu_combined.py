@@ -4,9 +4,10 @@ as it stands (`loads = "combined"`) and with `loads = "separate"`, each packed a
     python scripts/cpu_combined.py docs/examples/embedded-combined.toml --out DIR
 
 The bundles are `cpu-<plan>.tar.gz` and `cpu-<plan>-separate.tar.gz` (with `--again`,
-the combined plan once more as `cpu-<plan>-again.tar.gz`); the plan inside each
-is the example's text (the separate one with its `loads` line changed), which
-tests/unit/test_validation_bundles.py checks.
+the combined plan once more as `cpu-<plan>-again.tar.gz`; with `--again separate`, the
+separate one once more as `cpu-<plan>-separate-again.tar.gz`, named so in its plan); the
+plan inside each is the example's text (the separate one with its `loads` line
+changed), which tests/unit/test_validation_bundles.py checks.
 """
 
 from __future__ import annotations
@@ -33,20 +34,30 @@ def variants(text: str, name: str) -> list[tuple[str, str]]:
                                                       f'name = "cpu-{name}-separate"'))]
 
 
+def again(text: str, name: str, mode: str) -> tuple[str, str]:
+    """One variant once more: the combined plan as it stands (its bundle `-again`), or the
+    separate one under the name `cpu-<plan>-separate-again`."""
+    runs = variants(text, name)
+    if mode == "combined":
+        return f"{runs[0][0]}-again", runs[0][1]
+    bundle = f"{runs[1][0]}-again"
+    return bundle, runs[1][1].replace(f'name = "{runs[1][0]}"', f'name = "{bundle}"')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("plan", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=7200.0)
-    parser.add_argument("--again", action="store_true",
-                        help="only the combined plan, a second time (`cpu-<plan>-again`): "
-                        "how far two runs of the same plan differ")
+    parser.add_argument("--again", nargs="?", const="combined", choices=["combined", "separate"],
+                        help="only one variant, a second time (`cpu-<plan>-again`, or "
+                        "`cpu-<plan>-separate-again`): how far two runs of one plan differ")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.budget
     runs = variants(args.plan.read_text(), args.plan.stem)
     if args.again:
-        runs = [(f"{runs[0][0]}-again", runs[0][1])]
+        runs = [again(args.plan.read_text(), args.plan.stem, args.again)]
     for name, text in runs:
         run_plan(name, text, deadline, args.out.resolve(), ("--yes",))
 
