@@ -154,7 +154,7 @@ def test_the_gpu_scripts_plans_are_valid_plans(device: str, tmp_path: Path):
     fake = {k: Path(f"/models/{k}") for k in ("seed", "moe", "smollm2")}
     made = [*gpu_sglang.plans(device, fake, "flashinfer_cutlass"),
             *gpu_vllm.plans(device, fake["smollm2"])]
-    assert len(made) == 9
+    assert len(made) == 10
     for name, text in made:
         raw = tomllib.loads(text)
         assert raw["name"] == name
@@ -166,6 +166,11 @@ def test_the_gpu_scripts_plans_are_valid_plans(device: str, tmp_path: Path):
             assert plan.launch.env["PYTHONPATH"].startswith("/root/engines/")
             assert ":" not in plan.launch.env["PYTHONPATH"]
             assert "FLASHINFER_WORKSPACE_BASE" in plan.launch.keep_caches
+    # the eager plan's drift part alone: its four drift loads and no cost part
+    drift = dict(made)["h200-vllm-eager-drift"]
+    plan = resolve_plan({**tomllib.loads(drift), "model": "smollm2"}, "d.toml", tmp_path)[0]
+    assert not plan.probes.cost_probes() and list(plan.arms) == ["baseline", "eager"]
+    assert plan.launch.cache_policy == "fresh"
     seed = dict(gpu_sglang.plans(device, fake, None))["h200-sglang-seed"]
     assert list(resolve_plan({**tomllib.loads(seed), "model": "smollm2"}, "s.toml",
                              tmp_path)[0].arms) == [
