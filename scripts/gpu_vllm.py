@@ -77,25 +77,27 @@ FACTORS = {"batch_invariant": '[factors.batch_invariant]\nenv = { VLLM_BATCH_INV
 
 
 def plans(device: str, model: Path) -> list[tuple[str, str]]:
-    return [(name, plan(name, device, model, factors, cache)) for name, factors, cache in (
-        ("h200-vllm-signature", ("batch_invariant", "eager"), "fresh"),
+    return [(name, plan(name, device, model, factors, cache, cost))
+            for name, factors, cache, cost in (
+        ("h200-vllm-signature", ("batch_invariant", "eager"), "fresh", True),
         # one factor alone, for a lease too short for the whole plan: 4 cold starts where
         # both factors take 8, the sweep at one level, 2 speed replicates. torch.compile's
         # cache is shared between the loads of an arm in the first (vLLM's own default
         # keeps it in ~/.cache/vllm) and fresh per load in the second
-        ("h200-vllm-batch-invariant", ("batch_invariant",), "shared"),
-        ("h200-vllm-eager", ("eager",), "fresh"),
+        ("h200-vllm-batch-invariant", ("batch_invariant",), "shared", True),
+        ("h200-vllm-eager", ("eager",), "fresh", True),
         # the drift part alone, for a lease too short for the cost probes too: 4 starts
         # with fresh caches, nothing but the drift probes in each
-        ("h200-vllm-eager-drift", ("eager",), "fresh"))]
+        ("h200-vllm-eager-drift", ("eager",), "fresh", False))]
 
 
-def plan(name: str, device: str, model: Path, factors: tuple[str, ...], cache: str) -> str:
+def plan(name: str, device: str, model: Path, factors: tuple[str, ...], cache: str,
+         cost: bool) -> str:
+    """The plan's text; without `cost`, the drift loads alone (speed, sweep, prefix off)."""
     gpu = device == "cuda"
     full = len(factors) == len(FACTORS)
     served = launch(device).replace("[launch]\n", f'[launch]\ncache_policy = "{cache}"\n')
-    drift_only = name.endswith("-drift")
-    loads = ("" if drift_only else 'cost_loads_per_arm = 2\nloads = "combined"\n')
+    loads = 'cost_loads_per_arm = 2\nloads = "combined"\n' if cost else ""
     text = (
         f'name = "{name}"\nengine = "vllm"\nmodel = "{model}"\n'
         'loads_per_arm = 2\n' + loads + served
@@ -112,7 +114,7 @@ def plan(name: str, device: str, model: Path, factors: tuple[str, ...], cache: s
         + f"levels = {[1, 4] if full else [1]}\nresolution = 16\n"
         + f"[probes.prefix]\nprefix_tokens = {2048 if gpu else 512}\n"
         + "question_tokens = 32\nrequests = 3\n" + QUIET)
-    for probe in ("speed", "sweep", "prefix") if drift_only else ():
+    for probe in () if cost else ("speed", "sweep", "prefix"):
         text = text.replace(f"[probes.{probe}]\n", f"[probes.{probe}]\nenabled = false\n")
     return text
 

@@ -37,7 +37,7 @@ from servediff.errors import (
     PlanMismatchError,
     SchemaVersionError,
 )
-from servediff.evidence import READABLE, SCHEMA_VERSION, Cell, LoadRecord
+from servediff.evidence import SCHEMA_VERSION, UPGRADED, Cell, LoadRecord
 from servediff.plan import LOCK_SCHEMA_VERSION, LockedPlan, Plan, digest, plan_diff
 
 MANIFEST_SCHEMA_VERSION = 1
@@ -319,7 +319,7 @@ def read_record(path: Path, model: type[_T]) -> _T:
 
 
 def _parse(path: Path, model: type[_T]) -> _T:
-    data = read_versioned(path, SCHEMA_VERSION, READABLE)
+    data = read_versioned(path, SCHEMA_VERSION, UPGRADED)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -18,8 +18,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 SCHEMA_VERSION = 2
-# the raw schema versions this servediff reads (older ones are upgraded as they are read)
-READABLE = (1, 2)
+# the older raw schema versions this servediff reads, each upgraded as it is read, and
+# every version it reads
+UPGRADED = (1,)
+READABLE = (*UPGRADED, SCHEMA_VERSION)
 
 # What a drift probe request asks for: a teacher-forced score or a greedy generation.
 RequestKind = Literal["score", "generate"]

@@ -188,13 +188,13 @@ def analyse_arm(cells: list[Cell], threshold: float, prefix_cache: bool | None,
     skipped: list[SkippedRepeat] = []
     batches: list[BatchPair] = []
     batch_cells: list[Cell] = []
-    for cell in sorted((c for c in cells if c.batch_size is not None),
-                       key=lambda c: (c.load, c.batch_size or 0)):
+    sized = [(c, c.batch_size) for c in cells if c.batch_size is not None]
+    for cell, size in sorted(sized, key=lambda x: (x[0].load, x[1])):
         base = next((c for c in score_cells if c.load == cell.load), None)
-        if base is not None and base.launch == cell.launch and cell.batch_size is not None:
+        if base is not None and base.launch == cell.launch:
             sizes = sorted({r.batch_size for r in base.records})
             comp = compare_cells(base, cell, threshold, shapes)
-            batches.append(BatchPair(load=cell.load, batch_size=cell.batch_size,
+            batches.append(BatchPair(load=cell.load, batch_size=size,
                                      arm_batch_size=max(sizes) if sizes else None,
                                      **comp.model_dump()))
             if comp.moved:
