@@ -117,6 +117,8 @@ def test_a_large_difference_is_clear_after_two_cost_loads_and_gets_none_added(
     assert cost_loads(tmp_path) == {"baseline": 2, "flagged": 2}
     assert not Layout(tmp_path / "run").cost_loads.exists()
     assert summary.setup.cost_loads == {}
+    # one run's bands say nothing of the noise between runs, and the run says so
+    assert [g.count for g in summary.gaps if g.kind == "one run"] == [2]
 
 
 def test_a_difference_within_noise_gets_its_added_loads_and_is_then_within_noise(
@@ -142,6 +144,8 @@ def test_a_difference_within_noise_gets_its_added_loads_and_is_then_within_noise
     assert "within noise over 4 and 4 cost loads" in text
     assert "2 cost load(s) per arm (added where a speed comparison was within noise: " \
            "`baseline` 4, `flagged` 4)" in text
+    assert "speed noise between runs: the bands cover this run's replicates and its cost " \
+           "loads (4 or more per arm), not a second run of the plan" in text
 
 
 def test_an_interrupted_round_resumes_the_loads_it_added(

@@ -251,7 +251,7 @@ def rederives(run: Path) -> Summary:
     """The run's summary re-derived: equal to summary.json where that is in today's schema,
     and holding every value of an older one at the same place (what `rederive` checks)."""
     stored = json.loads((run / "summary.json").read_text())
-    assert stored["schema_version"] in (3, 4, 5, 8, 9, 10, 12, 13, 14, 16, 19,
+    assert stored["schema_version"] in (3, 4, 5, 8, 9, 10, 12, 13, 14, 16, 19, 20,
                                         SUMMARY_SCHEMA_VERSION)
     summary = summarize(read_evidence(run))
     assert differences(stored, json.loads(summary.model_dump_json()), limit=0)[1] == []
@@ -825,6 +825,74 @@ def test_vllm_on_cuda_batch_invariance_across_loads_and_what_it_costs(tmp_path: 
         assert survival is not None and survival.largest_ok_length["1"] == 8191
         reuse = prefix_of(summary, arm)
         assert reuse is not None and reuse.later_cached_tokens == 2048
+
+
+def _batch1_scores(run: Path, arm: str) -> dict[int, list[tuple[str, float]]]:
+    """Per load of `arm`: each text's tag and summed NLL from its score cell."""
+    out: dict[int, list[tuple[str, float]]] = {}
+    for cell in read_evidence(run).cells:
+        if cell.arm == arm and cell.probe == "score":
+            out[cell.load] = sorted((r.tag, r.sum_nll or 0.0) for r in cell.records)
+    return out
+
+
+def test_vllm_on_cuda_enforce_eager_with_fresh_compile_caches(tmp_path: Path):
+    """h200-vllm-eager (issue 44, one H100 80GB, one lease): vLLM 0.26.0 with CUDA, stock
+    against --enforce-eager, 2 combined cold loads per arm, torch.compile's cache fresh per
+    load. Both arms are bit-identical across their cold loads; eager takes away the scoring
+    batch's drift and concurrency's at 512 tokens, not at 2,048, and costs most of decode
+    speed (-85 % at 512 tokens one at a time): no arm meets the criterion. Stock's batch-1
+    scores are the same numbers as in the two earlier vLLM bundles, whose compile caches
+    were shared or fresh."""
+    run = _committed("h200-vllm-eager", tmp_path)
+    _one_room(run)
+    summary = rederives(run)
+    evidence = read_evidence(run)
+    ready = [x for rec in evidence.loads for x in rec.launches if x.seconds_to_ready]
+    # the eager arm's second load was started twice: the lease's first call ended in its
+    # cost part (an interrupted launch), and the resume started it again
+    assert len(ready) == 5 and {x.cache_policy for x in ready} == {"fresh"}
+    assert {(x.wheel_set or {}).get("wheel_set") for x in ready} == {"vllm-0.26.0"}
+    stock = [x.startup for rec in evidence.loads for x in rec.launches
+             if rec.arm == "baseline" and x.seconds_to_ready]
+    assert [s.get("compile_cache") for s in stock] == ["empty, compiled and saved"] * 2
+    arms = summary.arms
+    assert [(p.moved, p.compared) for a in arms.values() for p in a.across_load] == [
+        (0, 16), (0, 16)]
+    assert {arm: [(p.batch_size, p.moved) for p in a.batch_size] for arm, a in arms.items()} \
+        == {"baseline": [(8, 3), (8, 3)], "eager": [(8, 0), (8, 0)]}
+    moved = {arm: {(c.kind, c.length) for c in a.concurrency.table.cells
+                   if (c.distinct or 0) > 1}
+             for arm, a in arms.items() if a.concurrency is not None}
+    assert moved == {"baseline": {("score", 512), ("score", 2048), ("generate", 2048)},
+                     "eager": {("score", 2048), ("generate", 2048)}}
+    assert [f.scope for f in arms["eager"].signature.findings] == ["concurrency"]
+    factors = summary.factors
+    assert factors is not None and (factors.ship.arm, factors.ship.meets) == ("eager", False)
+    decode = {(c.prompt_tokens, c.concurrency): c for c in summary.comparisons[0].speed
+              if c.metric == "decode_tok_s"}
+    assert {c.verdict for c in decode.values()} == {"cost"}
+    assert round(decode[512, 1].mean_b / decode[512, 1].mean_a - 1, 3) == -0.853
+    # the pools differ by 0.2 %, and so do the requests they hold at once: no claim
+    assert not [c for c in summary.verdict.pairs[0].claims
+                if claim_topic(c) == "capacity" and c.kind in ("cost", "gain")]
+    for arm in arms:
+        survival = summary.costs[arm].survival
+        assert survival is not None and survival.largest_ok_length["1"] == 8191
+        reuse = prefix_of(summary, arm)
+        assert reuse is not None and reuse.later_cached_tokens == 2048
+    # stock's scores at batch size 1 are one set of numbers in five cold loads over three
+    # leases (torch.compile's cache fresh here and in h200-vllm-signature, shared in
+    # h200-vllm-batch-invariant), and eager's one set in three
+    earlier = {name: _committed(name, tmp_path / name) for name in (
+        "h200-vllm-batch-invariant", "h200-vllm-signature")}
+    scores = _batch1_scores(run, "baseline")
+    assert len(scores) == 2 and len(scores[1]) == 16 and scores[1] == scores[2]
+    for other in earlier.values():
+        assert set(map(str, _batch1_scores(other, "baseline").values())) == {str(scores[1])}
+    eager = _batch1_scores(run, "eager")
+    assert eager[1] == eager[2] == _batch1_scores(earlier["h200-vllm-signature"], "eager")[1]
+    assert eager[1] != scores[1]
 
 
 def _made_by_the_script(run: Path, example: str, tmp_path: Path) -> None:

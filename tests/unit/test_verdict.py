@@ -135,6 +135,23 @@ def test_a_kv_pool_within_a_percent_is_the_same_pool(kv_b: int, kind: str, said:
     assert pair.costs == (kind == "cost")
 
 
+@pytest.mark.parametrize(("slots_b", "kind", "said"), [
+    # vLLM on an H100: the requests of the full context the pool holds, 0.2 % more
+    (131.63, "note", "`b` 132 vs `a` 131 (+0.2%), the same within 1%"),
+    (120.0, "cost", "`b` 120 vs `a` 131 (-9%)"),
+    (140.0, "gain", "`b` 140 vs `a` 131 (+7%)")])
+def test_a_maximum_concurrency_within_a_percent_is_the_same(slots_b: float, kind: str,
+                                                            said: str, tmp_path: Path):
+    cells = [cell(arm, load) for arm in ("a", "b") for load in (1, 2)]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, cost=True, capacity={
+        "a": {"kv_tokens": 1_076_400, "max_concurrency": 131.4},
+        "b": {"kv_tokens": 1_078_320, "max_concurrency": slots_b}})))
+    (pair,) = summary.verdict.pairs
+    (slots,) = [c for c in pair.claims if claim_text(c).startswith("maximum concurrency")]
+    assert (slots.kind, claim_text(slots)) == (kind, f"maximum concurrency: {said}")
+    assert pair.costs == (kind == "cost")
+
+
 def test_a_speed_difference_outside_the_band_is_a_cost_with_its_size(tmp_path: Path):
     cells = [cell(arm, 1) for arm in ("a", "b")]
     for load in (1, 2):

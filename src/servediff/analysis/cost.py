@@ -31,6 +31,7 @@ from servediff.analysis.findings import (
     Metric,
     MetricStats,
     OneCostLoad,
+    OneRun,
     Speed,
     SpeedAtLength,
     SpeedComparison,
@@ -415,4 +416,8 @@ def cost_gaps(costs: Mapping[str, ArmCosts], comparisons: list[CostComparison],
                                of=plan.cost_loads_of(arm)))
     if any(c.speed for c in costs.values()) and plan.cost_loads_per_arm < 2:
         out.append(OneCostLoad(count=plan.cost_loads_per_arm))
+    compared = {a for comp in comparisons if comp.speed for a in (comp.arm, comp.baseline)}
+    if compared:
+        out.append(OneRun(count=min(len({load for a, load in measured if a == arm})
+                                    for arm in compared)))
     return out

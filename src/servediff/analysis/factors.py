@@ -144,8 +144,7 @@ def contrast_properties(a: str, b: str, arms: Mapping[str, FactorArm],
     for what, va, vb in (("kv", ca.kv_tokens, cb.kv_tokens),
                          ("concurrency", ca.max_concurrency, cb.max_concurrency)):
         said = [c for c in claims if isinstance(c, CapacityClaim) and c.what == what]
-        changed = (None if va is None or vb is None
-                   else verdict.kv_differs(va, vb) if what == "kv" else va != vb)
+        changed = None if va is None or vb is None else verdict.kv_differs(va, vb)
         out.append((Property(topic="capacity", what=what),  # type: ignore[arg-type]
                     changed, said))
     for c in claims:

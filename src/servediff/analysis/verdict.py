@@ -100,8 +100,10 @@ def capacity_claims(a: str, b: str, costs: Mapping[str, ArmCosts]) -> list[Claim
                                  value_a=ka, value_b=kb))
     ma, mb = ca.max_concurrency, cb.max_concurrency
     if ma and mb and ma != mb:
-        out.append(CapacityClaim(kind="cost" if mb < ma else "gain", evidence=evidence,
-                                 what="concurrency", baseline=a, arm=b, value_a=ma, value_b=mb))
+        # the requests the pool holds at once: within KV_SAME_WITHIN, the same pool
+        kind = ("cost" if mb < ma else "gain") if kv_differs(ma, mb) else "note"
+        out.append(CapacityClaim(kind=kind, evidence=evidence, what="concurrency",
+                                 baseline=a, arm=b, value_a=ma, value_b=mb))
     return out
 
 

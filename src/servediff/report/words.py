@@ -36,6 +36,7 @@ from servediff.analysis.findings import (
     LoadsMissing,
     Metric,
     OneCostLoad,
+    OneRun,
     Pair,
     PlanGap,
     ProbeFindingClaim,
@@ -377,7 +378,10 @@ def _speed_text(c: SpeedClaim) -> str:
 def _capacity_text(c: CapacityClaim) -> str:
     a, b, va, vb = c.baseline, c.arm, c.value_a, c.value_b
     if c.what == "concurrency" and va and vb:
-        return f"maximum concurrency: `{b}` {num3(vb)} vs `{a}` {num3(va)} ({vb / va - 1:+.0%})"
+        text = f"maximum concurrency: `{b}` {num3(vb)} vs `{a}` {num3(va)}"
+        if c.kind == "note":
+            return text + f" ({vb / va - 1:+.1%}), the same within {KV_SAME_WITHIN:.0%}"
+        return text + f" ({vb / va - 1:+.0%})"
     if not (va and vb):
         return f"KV pool reported for one arm only ({a}: {_known(va)}, {b}: {_known(vb)})"
     # a pool the same within KV_SAME_WITHIN but not equal shows the tenth that tells it
@@ -606,6 +610,14 @@ def _(g: PlanGap) -> str:
 def _(g: OneCostLoad) -> str:
     return ("speed noise between loads: one cost load per arm, so load-to-load noise was not "
             "estimated (the bands cover replicates in one load)")
+
+
+@gap_text.register
+def _(g: OneRun) -> str:
+    return ("speed noise between runs: the bands cover this run's replicates and its cost "
+            f"loads ({g.count} or more per arm), not a second run of the plan; on a shared "
+            "machine a second run can call a small difference a cost, within noise or a gain "
+            "where this one did not, so run the plan again before acting on one")
 
 
 @gap_text.register

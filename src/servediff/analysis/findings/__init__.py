@@ -157,6 +157,9 @@ from servediff.analysis.findings.gaps import (
     OneCostLoad as OneCostLoad,
 )
 from servediff.analysis.findings.gaps import (
+    OneRun as OneRun,
+)
+from servediff.analysis.findings.gaps import (
     PartialCell as PartialCell,
 )
 from servediff.analysis.findings.gaps import (

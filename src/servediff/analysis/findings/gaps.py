@@ -24,6 +24,14 @@ class OneCostLoad(Finding):
     count: int
 
 
+class OneRun(Finding):
+    """Speed compared within one run (`count`: cost loads per arm): the noise between runs
+    of the plan is not in its bands (schema 21)."""
+
+    kind: Literal["one run"] = "one run"
+    count: int
+
+
 class ProbeOnSomeLoads(Finding):
     """Probe `reason` ran in `count` of the `of` drift loads per arm (the plan's `loads`)."""
 
@@ -101,9 +109,9 @@ class StartupNotCompared(ArmGap):
 
 # What was not measured, one class per kind of gap (`kind`, the tag); schema 19, where one
 # class held every kind's optional fields.
-Gap = Annotated[PlanGap | OneCostLoad | ProbeOnSomeLoads | LoadsMissing | FirstRequestCached
-                | CostLoadRefused | SweepPointsMissing | SweepPointsShort | SpeedSkipped
-                | StartupNotCompared, Field(discriminator="kind")]
+Gap = Annotated[PlanGap | OneCostLoad | OneRun | ProbeOnSomeLoads | LoadsMissing
+                | FirstRequestCached | CostLoadRefused | SweepPointsMissing | SweepPointsShort
+                | SpeedSkipped | StartupNotCompared, Field(discriminator="kind")]
 
 
 class FailedLaunch(Finding):
