@@ -79,6 +79,10 @@ CUTS: tuple[Cut, ...] = (
         _set("corpus", "tags", value=SHORT[::4] + LONG[::2])),
     Cut("sweep: the context and one past it only",
         _set("probes", "sweep", "start", value=2048)),
+    Cut("concurrency: prompts of 128 tokens only, not 128 and 256",
+        _set("probes", "concurrency", "lengths", value=[128])),
+    Cut("speed: 8 generated tokens a request, not 16",
+        _set("probes", "speed", "max_tokens", value=8)),
 )
 
 
