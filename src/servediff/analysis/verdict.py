@@ -77,12 +77,14 @@ def speed_claims(comparison: CostComparison, costs: Mapping[str, ArmCosts]) -> l
 # A KV pool within this fraction of the baseline's is the same pool: an engine sizes it
 # from the memory free at start, which moves by a fraction of a percent with the kernels'
 # workspaces and between launches (0.4 % and 0.55 % on the H200, docs/validation), not
-# what the server can hold.
+# what the server can hold. The same holds for the requests of the full context the pool
+# holds at once (vLLM's maximum concurrency), which is the pool over the context.
 KV_SAME_WITHIN = 0.01
 
 
 def kv_differs(ka: int | float, kb: int | float) -> bool:
-    """Whether two reported KV pools differ by more than KV_SAME_WITHIN of the first."""
+    """Whether two reported KV pools (or the requests they hold at once) differ by more
+    than KV_SAME_WITHIN of the first."""
     return abs(kb - ka) > KV_SAME_WITHIN * ka
 
 
