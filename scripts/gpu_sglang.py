@@ -237,9 +237,27 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
                        for p in ("concurrency", "generate", "speed", "prefix"))
              + f"[probes.sweep]\nstart = {4096 if gpu else 256}\nlevels = [1]\n"
              + "resolution = 256\nrequest_timeout_s = 120\n" + QUIET)
+    # FP8 on Hopper, the other way into FlashInfer's autotuner that SGLang 0.5.17 has
+    # (should_run_flashinfer_autotune): `--fp8-gemm-backend flashinfer_cutlass`. Every
+    # arm quantises the seed model's linear layers to FP8 as it loads
+    # (`--quantization fp8`); the factor asks for FlashInfer's CUTLASS FP8 GEMM, which
+    # 0.5.17's own source refuses off Blackwell. Triton attention spares the lease
+    # FlashInfer's attention build; one cold load per arm and the drift probes alone fit
+    # what a lease leaves after the carry. The log of each start says whether the
+    # autotuner ran (`flashinfer_autotune`), or why the engine refused.
+    fp8_args = ["--quantization", "fp8", "--attention-backend", "triton",
+                "--context-length", "4096", "--cuda-graph-max-bs-decode", "16"]
+    if not gpu:
+        fp8_args = ["--context-length", "2048", "--dtype", "float32"]
+    fp8 = (f'name = "h200-sglang-fp8-autotune"\nengine = "sglang"\n'
+           f'model = "{models["seed"]}"\nloads_per_arm = 1\n' + launch(device, fp8_args)
+           + '[factors.flashinfer_fp8]\nargs = ["--fp8-gemm-backend", "flashinfer_cutlass"]\n'
+           + '[ship]\nrequire = ["within a load"]\n'
+           + "[corpus]\nmax_texts = 4\n[probes.repeat]\ncount = 1\n" + OFF + QUIET)
     return [("h200-sglang-first-start", first), ("h200-sglang-seed-pair", pair),
             ("h200-sglang-seed", seed), ("h200-sglang-limit", limit),
-            ("h200-sglang-smollm2", trained), ("h200-sglang-moe-autotune", moe)]
+            ("h200-sglang-smollm2", trained), ("h200-sglang-moe-autotune", moe),
+            ("h200-sglang-fp8-autotune", fp8)]
 
 
 def moe_backend() -> str | None:

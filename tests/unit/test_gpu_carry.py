@@ -154,7 +154,7 @@ def test_the_gpu_scripts_plans_are_valid_plans(device: str, tmp_path: Path):
     fake = {k: Path(f"/models/{k}") for k in ("seed", "moe", "smollm2")}
     made = [*gpu_sglang.plans(device, fake, "flashinfer_cutlass"),
             *gpu_vllm.plans(device, fake["smollm2"])]
-    assert len(made) == 10
+    assert len(made) == 11
     for name, text in made:
         raw = tomllib.loads(text)
         assert raw["name"] == name
@@ -175,3 +175,12 @@ def test_the_gpu_scripts_plans_are_valid_plans(device: str, tmp_path: Path):
     assert list(resolve_plan({**tomllib.loads(seed), "model": "smollm2"}, "s.toml",
                              tmp_path)[0].arms) == [
         "baseline", "deterministic", "triton", "deterministic+triton"]
+    # FP8 on Hopper: the factor that asks for FlashInfer's FP8 GEMM (the autotuner's way
+    # in), over FP8 in every arm, one cold load each
+    fp8 = dict(gpu_sglang.plans(device, fake, None))["h200-sglang-fp8-autotune"]
+    plan = resolve_plan({**tomllib.loads(fp8), "model": "smollm2"}, "f.toml", tmp_path)[0]
+    assert list(plan.arms) == ["baseline", "flashinfer_fp8"] and plan.loads_per_arm == 1
+    if device == "cuda":
+        assert plan.launch.command[plan.launch.command.index("--quantization") + 1] == "fp8"
+        assert plan.arms["flashinfer_fp8"].args == ["--fp8-gemm-backend",
+                                                     "flashinfer_cutlass"]
