@@ -141,6 +141,19 @@ OFF = "".join(f"[probes.{p}]\nenabled = false\n" for p in ("concurrency", "gener
                                                           "sweep", "prefix"))
 
 
+def drift_plan(name: str, model: Path, loads: int, served: str,
+               factors: dict[str, list[str]], require: list[str], texts: int) -> str:
+    """A factor plan of scores and repeats alone (the cost probes and the other drift
+    probes off): `loads` cold loads per arm, `texts` texts, What to ship held to
+    `require`."""
+    return (f'name = "{name}"\nengine = "sglang"\nmodel = "{model}"\n'
+            f"loads_per_arm = {loads}\n" + served
+            + "".join(f"[factors.{factor}]\nargs = {json.dumps(args)}\n"
+                      for factor, args in factors.items())
+            + f"[ship]\nrequire = {json.dumps(require)}\n"
+            + f"[corpus]\nmax_texts = {texts}\n[probes.repeat]\ncount = 1\n" + OFF + QUIET)
+
+
 def plans(device: str, models: dict[str, Path], moe_backend: str | None
           ) -> list[tuple[str, str]]:
     gpu = device == "cuda"
@@ -188,12 +201,10 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
         moe_args += ["--moe-runner-backend", moe_backend]
     if not gpu:
         moe_args = ["--context-length", "2048", "--dtype", "float32"]
-    moe = (f'name = "h200-sglang-moe-autotune"\nengine = "sglang"\n'
-           f'model = "{models["moe"]}"\nloads_per_arm = 2\n' + launch(device, moe_args)
-           + '[factors.autotune_off]\nargs = ["--disable-flashinfer-autotune"]\n'
-           + '[factors.deterministic]\nargs = ["--enable-deterministic-inference"]\n'
-           + '[ship]\nrequire = ["across loads", "within a load"]\n'
-           + "[corpus]\nmax_texts = 8\n[probes.repeat]\ncount = 1\n" + OFF + QUIET)
+    moe = drift_plan("h200-sglang-moe-autotune", models["moe"], 2, launch(device, moe_args),
+                     {"autotune_off": ["--disable-flashinfer-autotune"],
+                      "deterministic": ["--enable-deterministic-inference"]},
+                     ["across loads", "within a load"], 8)
     trained_args = ["--attention-backend", "flashinfer", "--dtype", "bfloat16",
                     "--context-length", "8192", "--cuda-graph-max-bs-decode", "16"]
     if not gpu:
@@ -249,11 +260,9 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
                 "--context-length", "4096", "--cuda-graph-max-bs-decode", "16"]
     if not gpu:
         fp8_args = ["--context-length", "2048", "--dtype", "float32"]
-    fp8 = (f'name = "h200-sglang-fp8-autotune"\nengine = "sglang"\n'
-           f'model = "{models["seed"]}"\nloads_per_arm = 1\n' + launch(device, fp8_args)
-           + '[factors.flashinfer_fp8]\nargs = ["--fp8-gemm-backend", "flashinfer_cutlass"]\n'
-           + '[ship]\nrequire = ["within a load"]\n'
-           + "[corpus]\nmax_texts = 4\n[probes.repeat]\ncount = 1\n" + OFF + QUIET)
+    fp8 = drift_plan("h200-sglang-fp8-autotune", models["seed"], 1, launch(device, fp8_args),
+                     {"flashinfer_fp8": ["--fp8-gemm-backend", "flashinfer_cutlass"]},
+                     ["within a load"], 4)
     return [("h200-sglang-first-start", first), ("h200-sglang-seed-pair", pair),
             ("h200-sglang-seed", seed), ("h200-sglang-limit", limit),
             ("h200-sglang-smollm2", trained), ("h200-sglang-moe-autotune", moe),
