@@ -22,8 +22,9 @@ import pytest
 from servediff.analysis.findings import SUMMARY_SCHEMA_VERSION, Summary
 from servediff.analysis.numbers import differences
 from servediff.analysis.summary import summarize
-from servediff.bundle import read_evidence, verify
+from servediff.bundle import Evidence, read_evidence, verify
 from servediff.cli import main
+from servediff.evidence import Launch
 from servediff.report.words import claim_text, signature_text
 from tests.claims import claim_topic, prefix_of
 from tests.fixtures.bundles import launch_spans, overlapping
@@ -734,6 +735,18 @@ def test_trained_smollm2_on_sglang_with_flashinfer_ships_deterministic(tmp_path:
     assert all(x.seconds_to_ready < 80 for x in later) and len(later) == 2
 
 
+def _vllm_cuda(name: str, tmp_path: Path) -> tuple[Path, Summary, Evidence, list[Launch]]:
+    """A committed vLLM CUDA bundle: unpacked, on one machine, re-derived, served by the
+    carried vllm-0.26.0 set; its evidence and the launches that got ready."""
+    run = _committed(name, tmp_path)
+    _one_room(run)
+    summary = rederives(run)
+    evidence = read_evidence(run)
+    ready = [x for rec in evidence.loads for x in rec.launches if x.seconds_to_ready]
+    assert {(x.wheel_set or {}).get("wheel_set") for x in ready} == {"vllm-0.26.0"}
+    return run, summary, evidence, ready
+
+
 def test_vllm_on_cuda_first_contact_the_seed_s_other_signature(tmp_path: Path):
     """h200-vllm-signature, cut short (issue 44, one H100 80GB, 3 of its 8 combined cold
     loads at the end of a lease): vLLM 0.26.0 with CUDA (FlashAttention, torch.compile,
@@ -744,12 +757,7 @@ def test_vllm_on_cuda_first_contact_the_seed_s_other_signature(tmp_path: Path):
     tokens. vLLM's warm-up runs FlashInfer's autotuner, which finds nothing to tune."""
     from servediff.engines.vllm import VllmAdapter
 
-    run = _committed("h200-vllm-signature", tmp_path)
-    _one_room(run)
-    summary = rederives(run)
-    evidence = read_evidence(run)
-    ready = [x for rec in evidence.loads for x in rec.launches if x.seconds_to_ready]
-    assert {(x.wheel_set or {}).get("wheel_set") for x in ready} == {"vllm-0.26.0"}
+    run, summary, evidence, _ = _vllm_cuda("h200-vllm-signature", tmp_path)
     assert {g.name for c in evidence.cells for g in c.conditions.gpus} == {
         "NVIDIA H100 80GB HBM3"}
     assert sorted(r.arm for r in evidence.loads if r.launches[-1].seconds_to_ready) == [
@@ -794,13 +802,8 @@ def test_vllm_on_cuda_batch_invariance_across_loads_and_what_it_costs(tmp_path: 
     the scoring batch (8 against 1, all in the 256-token bucket, first differing at position
     128) and under concurrency from 2 in flight; batch-invariant is bit-identical
     everywhere and ships, at a speed cost (decode -20 % at 512 tokens one at a time)."""
-    run = _committed("h200-vllm-batch-invariant", tmp_path)
-    _one_room(run)
-    summary = rederives(run)
-    evidence = read_evidence(run)
-    ready = [x for rec in evidence.loads for x in rec.launches if x.seconds_to_ready]
+    _, summary, _, ready = _vllm_cuda("h200-vllm-batch-invariant", tmp_path)
     assert len(ready) == 4 and {x.cache_policy for x in ready} == {"shared"}
-    assert {(x.wheel_set or {}).get("wheel_set") for x in ready} == {"vllm-0.26.0"}
     arms = summary.arms
     assert [(p.moved, p.compared) for a in arms.values() for p in a.across_load] == [
         (0, 16), (0, 16)]
@@ -844,15 +847,10 @@ def test_vllm_on_cuda_enforce_eager_with_fresh_compile_caches(tmp_path: Path):
     speed (-85 % at 512 tokens one at a time): no arm meets the criterion. Stock's batch-1
     scores are the same numbers as in the two earlier vLLM bundles, whose compile caches
     were shared or fresh."""
-    run = _committed("h200-vllm-eager", tmp_path)
-    _one_room(run)
-    summary = rederives(run)
-    evidence = read_evidence(run)
-    ready = [x for rec in evidence.loads for x in rec.launches if x.seconds_to_ready]
+    run, summary, evidence, ready = _vllm_cuda("h200-vllm-eager", tmp_path)
     # the eager arm's second load was started twice: the lease's first call ended in its
     # cost part (an interrupted launch), and the resume started it again
     assert len(ready) == 5 and {x.cache_policy for x in ready} == {"fresh"}
-    assert {(x.wheel_set or {}).get("wheel_set") for x in ready} == {"vllm-0.26.0"}
     stock = [x.startup for rec in evidence.loads for x in rec.launches
              if rec.arm == "baseline" and x.seconds_to_ready]
     assert [s.get("compile_cache") for s in stock] == ["empty, compiled and saved"] * 2
