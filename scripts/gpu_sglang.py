@@ -252,7 +252,9 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
     # (should_run_flashinfer_autotune): `--fp8-gemm-backend flashinfer_cutlass`. Every
     # arm quantises the seed model's linear layers to FP8 as it loads
     # (`--quantization fp8`); the factor asks for FlashInfer's CUTLASS FP8 GEMM, which
-    # 0.5.17's own source refuses off Blackwell. Triton attention spares the lease
+    # 0.5.17's own source refuses off Blackwell; `autotune_off` is the issue's switch
+    # (`--disable-flashinfer-autotune`), so each arm's log shows the autotuner's state
+    # with and without it. Triton attention spares the lease
     # FlashInfer's attention build; one cold load per arm and the drift probes alone fit
     # what a lease leaves after the carry. The log of each start says whether the
     # autotuner ran (`flashinfer_autotune`), or why the engine refused.
@@ -261,7 +263,8 @@ def plans(device: str, models: dict[str, Path], moe_backend: str | None
     if not gpu:
         fp8_args = ["--context-length", "2048", "--dtype", "float32"]
     fp8 = drift_plan("h200-sglang-fp8-autotune", models["seed"], 1, launch(device, fp8_args),
-                     {"flashinfer_fp8": ["--fp8-gemm-backend", "flashinfer_cutlass"]},
+                     {"flashinfer_fp8": ["--fp8-gemm-backend", "flashinfer_cutlass"],
+                      "autotune_off": ["--disable-flashinfer-autotune"]},
                      ["within a load"], 4)
     return [("h200-sglang-first-start", first), ("h200-sglang-seed-pair", pair),
             ("h200-sglang-seed", seed), ("h200-sglang-limit", limit),

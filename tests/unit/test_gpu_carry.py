@@ -179,7 +179,9 @@ def test_the_gpu_scripts_plans_are_valid_plans(device: str, tmp_path: Path):
     # in), over FP8 in every arm, one cold load each
     fp8 = dict(gpu_sglang.plans(device, fake, None))["h200-sglang-fp8-autotune"]
     plan = resolve_plan({**tomllib.loads(fp8), "model": "smollm2"}, "f.toml", tmp_path)[0]
-    assert list(plan.arms) == ["baseline", "flashinfer_fp8"] and plan.loads_per_arm == 1
+    assert list(plan.arms) == ["baseline", "flashinfer_fp8", "autotune_off",
+                              "flashinfer_fp8+autotune_off"]
+    assert plan.loads_per_arm == 1
     if device == "cuda":
         assert plan.launch.command[plan.launch.command.index("--quantization") + 1] == "fp8"
         assert plan.arms["flashinfer_fp8"].args == ["--fp8-gemm-backend",
