@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 from servediff import models
-from servediff.budget import size_demo
+from servediff.budget import size
 from servediff.derived import write_derived
 from servediff.estimate import estimate
 from servediff.plan import resolve_plan
@@ -55,8 +55,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"),
                         help="the plan's engine_options.dtype (default: the plan's own)")
     parser.add_argument("--budget", type=float, default=0.0,
-                        help="demo: cut its grids to fit this many seconds, as `servediff "
-                             "demo --budget` does (0: the whole plan)")
+                        help="cut the plan's grids to fit this many seconds, as `servediff "
+                             "demo --budget` and a plan's budget_s do (0: the whole plan)")
     args = parser.parse_args()
     models.smollm2_dir(lambda message: None)
     text = (DEFAULT if args.plan == "default" else
@@ -68,10 +68,12 @@ def main() -> None:
     measured = None
     measuring_s = 0.0
     if args.budget:
-        sized = size_demo(raw, args.budget, Path.cwd(), print)
+        sized = size(raw, f"{args.plan}.toml", args.budget, Path.cwd(), print)
         plan, corpus, measured = sized.plan, sized.corpus, sized.measured
         measuring_s = sized.measuring_s
-        print(f"measured {measured[0]}, start {measured[1]:.1f} s; cuts: {sized.cuts}")
+        if measured:
+            print(f"measured {measured[0]}, start {measured[1]:.1f} s")
+        print(f"cuts: {sized.cuts}")
     found = estimate(plan, protocol_size(plan, corpus), Path.cwd(), measured)
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp) / "run"

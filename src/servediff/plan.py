@@ -93,6 +93,17 @@ class Change(Strict):
         return check_command(command)
 
 
+class SizedSpec(Strict):
+    """What a time budget did to the plan (`budget_s`): set by servediff when it cut it."""
+
+    # the plan as written, before the cuts: a resumed run checks the plan file against it
+    written_sha256: str
+    cuts: list[str]
+    estimate_s: float
+    # where the estimate's rates came from
+    rates: str
+
+
 class ArmSpec(Change):
     factors: list[str] = Field(
         default_factory=list, json_schema_extra={"set_by_servediff": True},
@@ -404,6 +415,15 @@ class Plan(Strict):
         description="groups of arms compared with each other, each against its first arm "
         "(default: one group of every arm); on a cluster each group may run on a node of "
         "its own")
+    budget_s: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, examples=[600],
+        description="the seconds the whole run should take here: before a new run, its "
+        "grids are cut, cheapest loss first (combined loads, fewer texts and generated "
+        "tokens, shorter prompts, a shorter sweep), until its estimate fits; every probe "
+        "still answers, and the cuts are said and locked; none: the plan as written")
+    sized: SizedSpec | None = Field(
+        default=None, json_schema_extra={"set_by_servediff": True},
+        description="what the budget cut: set by servediff when it sizes the plan")
     scale: ScaleSpec = Field(default_factory=ScaleSpec, description="where loads run; not "
                              "part of the locked plan (a run may resume elsewhere)")
 
@@ -575,6 +595,8 @@ def _canonical(plan: Plan, corpus: Corpus) -> dict[str, Any]:
         del dumped["design"]
     if plan.confirmation is None:
         del dumped["confirmation"]
+    if plan.budget_s is None:  # came later, with what it cut
+        del dumped["budget_s"], dumped["sized"]
     if plan.cost_loads is None:
         del dumped["cost_loads"]
     if not plan.adaptive and plan.max_cost_loads == Plan.model_fields["max_cost_loads"].default:
@@ -605,6 +627,11 @@ def digest(canonical: dict[str, Any]) -> str:
 
 def load_plan_file(path: Path) -> tuple[Plan, Corpus]:
     """Parse, validate and resolve a plan file; every failure is a PlanError/CorpusError."""
+    return resolve_plan(read_plan_file(path), source=str(path), base_dir=path.parent)
+
+
+def read_plan_file(path: Path) -> dict[str, Any]:
+    """A plan file's tables as written; every failure is a PlanError."""
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -615,7 +642,7 @@ def load_plan_file(path: Path) -> tuple[Plan, Corpus]:
         raise PlanError(f"{path}: invalid TOML: {exc}") from None
     except OSError as exc:
         raise PlanError(f"{path}: cannot read plan file ({exc.strerror})") from None
-    return resolve_plan(raw, source=str(path), base_dir=path.parent)
+    return raw
 
 
 def model_problem(model: object, base_url: object, engine: object, source: str,

@@ -7,7 +7,7 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import RenderableType
@@ -19,7 +19,13 @@ from servediff.cli.progress import RichObserver
 from servediff.corpus import Corpus
 from servediff.errors import InputError
 from servediff.estimate import Rates, describe, duration, estimate, shape_lines
-from servediff.plan import Plan, load_plan_file, resolve_plan
+from servediff.plan import (
+    Plan,
+    SizedSpec,
+    lock,
+    read_plan_file,
+    resolve_plan,
+)
 from servediff.policy import unmeasured
 from servediff.probes import protocol_size
 from servediff.report.table import drift_table, run_view
@@ -27,6 +33,7 @@ from servediff.runner import Runner
 
 if TYPE_CHECKING:
     from servediff.analysis.findings import Summary
+    from servediff.budget import Sized
 
 
 def _default_out(name: str) -> Path:
@@ -73,6 +80,35 @@ def only_arms(summary: Summary, arms: list[str]) -> Summary:
         "arm_shifts": [s for s in summary.arm_shifts if s.arm_a in arms and s.arm_b in arms]})
 
 
+def sized(raw: dict[str, Any], source: str, budget_s: float, base: Path) -> Sized:
+    """The plan `raw`, its grids cut to fit `budget_s`, at the rates this machine measures
+    now where it can (servediff.budget); what it did, said as it goes."""
+    from servediff.budget import measures_here, size
+
+    plan, _ = resolve_plan(raw, source, base)
+    err.print(f"budget {duration(budget_s)}: "
+              + ("measuring this machine's rates first" if measures_here(plan) else
+                 f"sized at the reference rates ({plan.engine} runs no load before the "
+                 "lock: engines differ by several times on one device)"), highlight=False)
+    made = size(raw, source, budget_s, base, lambda message: err.print(message))
+    if made.measured:
+        rates, start = made.measured
+        err.print(f"measured: prefill {rates.prefill_tok_s:,.0f} tok/s, decode "
+                  f"{rates.decode_tok_s:,.1f} tok/s "
+                  f"({rates.source.removeprefix('this machine, ')}), a load's start about "
+                  f"{start:.0f} s; the measurement took {made.measuring_s:.0f} s of the "
+                  "budget", highlight=False)
+    if not made.expected:
+        err.print("  nothing cut: without a duration estimate there is nothing to size "
+                  "the plan by", highlight=False)
+    for cut in made.cuts:
+        err.print(f"  cut to fit the budget: {cut}", highlight=False)
+    if made.expected > budget_s - made.measuring_s:
+        err.print(f"  still about {duration(made.expected)}: every cut is made, and more "
+                  "would leave a probe without an answer", highlight=False)
+    return made
+
+
 def sized_demo(budget_s: float, base: Path
                ) -> tuple[Plan, Corpus, tuple[Rates, float] | None]:
     """The demo plan, its grids cut to fit `budget_s` at the rates this machine measures
@@ -83,22 +119,31 @@ def sized_demo(budget_s: float, base: Path
     if not budget_s:
         plan, corpus = resolve_plan(raw, "demo.toml", base)
         return plan, corpus, None
-    from servediff.budget import size_demo
+    made = sized(raw, "demo.toml", budget_s, base)
+    return made.plan, made.corpus, made.measured
 
-    err.print(f"budget {duration(budget_s)}: measuring this machine's rates first",
-              highlight=False)
-    sized = size_demo(raw, budget_s, base, lambda message: err.print(message))
-    rates, start = sized.measured
-    err.print(f"measured: prefill {rates.prefill_tok_s:,.0f} tok/s, decode "
-              f"{rates.decode_tok_s:,.1f} tok/s ({rates.source.removeprefix('this machine, ')}"
-              f"), a load's start about {start:.0f} s; the measurement took "
-              f"{sized.measuring_s:.0f} s of the budget", highlight=False)
-    for cut in sized.cuts:
-        err.print(f"  cut to fit the budget: {cut}", highlight=False)
-    if sized.expected > budget_s - sized.measuring_s:
-        err.print(f"  still about {duration(sized.expected)}: every cut is made, and more "
-                  "would leave a probe without an answer", highlight=False)
-    return sized.plan, sized.corpus, sized.measured
+
+def sized_plan(path: Path, out_dir: Path | None
+               ) -> tuple[Plan, Corpus, tuple[Rates, float] | None, Path]:
+    """The plan file at `path` and its run directory; with `budget_s`, the plan cut to fit
+    it before a new run, or as it was locked when the directory resumes a run of the same
+    plan file."""
+    raw = read_plan_file(path)
+    plan, corpus = resolve_plan(raw, str(path), path.parent)
+    root = out_dir or _default_out(plan.name)
+    if plan.budget_s is None:
+        return plan, corpus, None, root
+    written = lock(plan, corpus).sha256
+    if Layout(root).lock.exists():
+        locked = read_lock(root)
+        if locked.plan.sized is not None and locked.plan.sized.written_sha256 == written:
+            return locked.plan, locked.corpus, None, root
+        return plan, corpus, None, root  # the lock's check names the difference
+    made = sized(raw, str(path), plan.budget_s, path.parent)
+    rates = made.measured[0].source if made.measured else "the reference rates"
+    record = SizedSpec(written_sha256=written, cuts=made.cuts,
+                       estimate_s=round(made.expected, 1), rates=rates)
+    return made.plan.model_copy(update={"sized": record}), made.corpus, made.measured, root
 
 
 def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False,
@@ -113,9 +158,8 @@ def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False,
         else:
             plan, corpus, measured = sized_demo(budget_s, base)
     else:
-        plan, corpus = load_plan_file(plan_source)
         base = plan_source.parent
-        root = out_dir or _default_out(plan.name)
+        plan, corpus, measured, root = sized_plan(plan_source, out_dir)
     announce(plan, corpus, root, base, yes, plan_source.name if plan_source else "demo",
              measured)
     err.print(f"run directory: {root}  (run the same command with --out {root} to resume)")

@@ -23,7 +23,14 @@ from servediff.evidence import Group, RequestKind, Response, Skipped
 from servediff.plan import Plan
 from servediff.probes import requests
 from servediff.probes.base import Probe, Work
-from servediff.probes.settings import PlanShape, ProbeSettings, check_loads, distinct_sorted
+from servediff.probes.settings import (
+    Cut,
+    PlanShape,
+    ProbeSettings,
+    check_loads,
+    distinct_sorted,
+    tokens_list,
+)
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
@@ -82,6 +89,22 @@ class ConcurrencySettings(ProbeSettings):
     @classmethod
     def _lengths(cls, lengths: list[int]) -> list[int]:
         return distinct_sorted(lengths, "needs at least one prompt length")
+
+    def cuts(self, context: int | None) -> list[Cut]:
+        """The longest prompts halved while they stay longer than the next (the levels,
+        the control and the request count stay), then, among the last cuts made, the
+        longest length dropped."""
+        made: list[Cut] = []
+        lengths = self.lengths
+        if len(lengths) > 1 and lengths[-1] // 2 > lengths[-2]:
+            shorter = [*lengths[:-1], lengths[-1] // 2]
+            made.append(Cut(30, f"concurrency: prompts of {tokens_list(shorter)} tokens, not "
+                                f"{tokens_list(lengths)}", {"lengths": shorter}))
+            lengths = shorter
+        if len(lengths) > 1:
+            made.append(Cut(100, f"concurrency: prompts of {tokens_list(lengths[:-1])} tokens "
+                                 f"only, not {tokens_list(lengths)}", {"lengths": lengths[:-1]}))
+        return made
 
     def check(self, plan: PlanShape) -> None:
         check_loads(plan, self.section, self.loads)

@@ -17,7 +17,7 @@ from servediff.evidence import Group
 from servediff.plan import Plan
 from servediff.probes import requests
 from servediff.probes.base import Probe, Work
-from servediff.probes.settings import ProbeSettings
+from servediff.probes.settings import Cut, ProbeSettings, halved
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
@@ -38,6 +38,12 @@ class GenerateSettings(ProbeSettings):
         default=32, description="greedy tokens generated")
     repeats: Annotated[int, Field(ge=1, le=64)] = Field(
         default=2, description="generations of each text in every load")
+
+    def cuts(self, context: int | None) -> list[Cut]:
+        """Half the texts, 2 at least: a generation still compares across loads."""
+        if (fewer := halved(self.texts, 2)) is None:
+            return []
+        return [Cut(70, f"generate: {fewer} texts, not {self.texts}", {"texts": fewer})]
 
 
 class GenerateProbe(Probe[GenerateSettings]):

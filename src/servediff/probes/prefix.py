@@ -29,7 +29,7 @@ from servediff.evidence import Cell, Raw
 from servediff.plan import Plan
 from servediff.probes import prompts
 from servediff.probes.base import Probe, ProbeClaim, ProbeFinding, Work, add_row, rows
-from servediff.probes.settings import ProbeSettings
+from servediff.probes.settings import Cut, ProbeSettings, halved
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
@@ -49,6 +49,14 @@ class PrefixSettings(ProbeSettings):
         default=32, description="tokens of each different question after it")
     requests: Annotated[int, Field(ge=2, le=64)] = Field(
         default=4, description="requests, one after another: the first fills the cache")
+
+    def cuts(self, context: int | None) -> list[Cut]:
+        """A shared prefix half as long (128 tokens at least): reuse still shows."""
+        size = prefix_size(self, context)
+        if (shorter := halved(size, 128)) is None:
+            return []
+        return [Cut(51, f"prefix: a {shorter:,}-token shared prefix, not {size:,}",
+                    {"prefix_tokens": shorter})]
 
 
 class PrefixSample(Raw):

@@ -13,6 +13,7 @@ plus its line in `PROBES`.
 from __future__ import annotations
 
 from collections.abc import Set
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, ClassVar, Protocol
 
@@ -42,6 +43,28 @@ class PlanShape(Protocol):
     def loads_per_arm(self) -> int: ...
 
 
+@dataclass(frozen=True)
+class Cut:
+    """One cut a time budget may make to a plan (servediff.budget): `rank` orders it among
+    every cut of the plan, the cheapest loss of information first; `says` is what it
+    keeps, in words; `changes` are the settings it sets (a probe's: in its own table)."""
+
+    rank: int
+    says: str
+    changes: dict[str, Any]
+
+
+def halved(value: int, floor: int) -> int | None:
+    """Half of `value`, where that is `floor` or more (None: nothing left to cut)."""
+    return value // 2 if value // 2 >= floor else None
+
+
+def tokens_list(lengths: list[int]) -> str:
+    """128 and 256, 512: prompt lengths in words."""
+    words = [f"{n:,}" for n in lengths]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 class ProbeSettings(BaseModel):
     """A probe's table in the plan; `section` is its name there: `[probes.<section>]`, and
     `phase` the loads its cells run in. Each probe module defines its own."""
@@ -65,6 +88,12 @@ class ProbeSettings(BaseModel):
         """Why an engine with these capabilities cannot run the probe as set (a line that
         names the setting), or None where it can."""
         return None
+
+    def cuts(self, context: int | None) -> list[Cut]:
+        """The cuts a time budget may make to these settings, in the order they apply,
+        each on top of the ones before it and each keeping what the probe needs to answer
+        anything; `context`: the plan's context length where it sets one (none: no cut)."""
+        return []
 
 
 def distinct_sorted(values: list[int], if_empty: str) -> list[int]:

@@ -30,7 +30,7 @@ from servediff.plan import Plan
 from servediff.probes import prompts
 from servediff.probes.base import Probe, Work
 from servediff.probes.requests import frozen
-from servediff.probes.settings import ProbeSettings, distinct_sorted
+from servediff.probes.settings import Cut, ProbeSettings, distinct_sorted, halved, tokens_list
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
@@ -93,6 +93,26 @@ class SpeedSettings(ProbeSettings):
             return (f"probes.speed.mode: \"steady\" needs streamed tokens, and engine "
                     f"{engine!r} does not stream; use mode = \"burst\"")
         return None
+
+    def cuts(self, context: int | None) -> list[Cut]:
+        """Fewer generated tokens a request (to 8 at least, in two steps, the second of the
+        last cuts made), then shorter prompts (128 tokens at least): every level and
+        replicate stays, and with them the noise band."""
+        made: list[Cut] = []
+        tokens = self.max_tokens
+        for rank in (20, 110):
+            if (fewer := halved(tokens, 8)) is not None:
+                made.append(Cut(rank, f"speed: {fewer} generated tokens a request, not "
+                                      f"{tokens}", {"max_tokens": fewer}))
+                tokens = fewer
+        shorter = sorted({n // 2 for n in self.prompt_tokens if n // 2 >= 128})
+        if shorter and shorter != self.prompt_tokens:
+            says = (f"{shorter[0]:,}-token prompts, not {self.prompt_tokens[0]:,}"
+                    if len(self.prompt_tokens) == 1 == len(shorter) else
+                    f"prompts of {tokens_list(shorter)} tokens, not "
+                    f"{tokens_list(self.prompt_tokens)}")
+            made.append(Cut(50, f"speed: {says}", {"prompt_tokens": shorter}))
+        return sorted(made, key=lambda cut: cut.rank)
 
     def per_replicate(self, level: int) -> int:
         """Requests in one replicate at this level: burst sends `level` of each kind."""

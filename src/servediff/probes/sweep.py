@@ -48,7 +48,7 @@ from servediff.evidence import Cell, Skipped, SweepPoint
 from servediff.plan import Plan
 from servediff.probes import prompts
 from servediff.probes.base import Measured, Probe, Work
-from servediff.probes.settings import ProbeSettings
+from servediff.probes.settings import Cut, ProbeSettings
 from servediff.schedule import CellSpec
 
 if TYPE_CHECKING:
@@ -100,6 +100,24 @@ class SweepSettings(ProbeSettings):
         if 1 not in levels:
             raise ValueError("must include 1: a single prompt of each length")
         return sorted(set(levels))
+
+    def cuts(self, context: int | None) -> list[Cut]:
+        """The doubled lengths from twice the start, twice (the second among the last cuts
+        made): the context and one past it always stay, and with them the survival
+        limit's bisection. Only where the plan sets the context and no lengths."""
+        if self.lengths or context is None:
+            return []
+        made: list[Cut] = []
+        start = self.start
+        for rank in (60, 90):
+            if start >= context:
+                break
+            later = min(2 * start, context)
+            says = ("the context and one past it only" if later >= context else
+                    f"from {later:,} tokens to the context, not from {start:,}")
+            made.append(Cut(rank, f"sweep: {says}", {"start": later}))
+            start = later
+        return made
 
 # Prompt numbers per point: room for every level a plan allows.
 PER_POINT = 64
