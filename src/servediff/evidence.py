@@ -433,6 +433,13 @@ class Launch(Raw):
         return str(self.engine.get("device_name") or self.engine.get("device"))
 
 
+# A launch's error when servediff stopped it, not the engine: an interrupt (Ctrl-C, kill,
+# a time budget), and servediff's own end before it could stop the engine (runner.reap).
+INTERRUPTED = "interrupted: servediff was stopped (SIGINT or SIGTERM)"
+ENDED = "servediff ended before it stopped this launch"
+STOPPED_BY_SERVEDIFF = (INTERRUPTED, ENDED)
+
+
 class LoadRecord(Raw):
     schema_version: int = SCHEMA_VERSION
     arm: str
@@ -453,9 +460,12 @@ class LoadRecord(Raw):
     def did_not_start(self, attempts: int) -> str | None:
         """The engine's message when at least `attempts` launches of this load were all
         refused by the engine with that one message (its configuration does not exist on
-        this stack), else None."""
-        said = {x.engine_refusal for x in self.launches}
-        if len(self.launches) < attempts or len(said) != 1:
+        this stack), else None. A launch servediff itself stopped before it was ready (an
+        interrupt, or servediff's own end) says nothing either way and is passed over."""
+        judged = [x for x in self.launches
+                  if not (x.seconds_to_ready is None and x.error in STOPPED_BY_SERVEDIFF)]
+        said = {x.engine_refusal for x in judged}
+        if len(judged) < attempts or len(said) != 1:
             return None
         return said.pop()
 

@@ -46,7 +46,15 @@ from servediff.errors import (
     IntegrityError,
     OutputDirError,
 )
-from servediff.evidence import READABLE, Cell, LoadRecord, ModelSource, Phase
+from servediff.evidence import (
+    ENDED,
+    INTERRUPTED,
+    READABLE,
+    Cell,
+    LoadRecord,
+    ModelSource,
+    Phase,
+)
 from servediff.hub import HubId
 from servediff.launch import EngineLaunch
 from servediff.plan import Plan, lock
@@ -283,7 +291,7 @@ class Runner:
                 hidden = secret_env.hidden(launch.env_diff)
                 secret_env.redact_file(self.layout.log(record.name), hidden)
                 launch.stop.log_tail = secret_env.redact(launch.stop.log_tail, hidden)
-                launch.error = launch.error or "servediff ended before it stopped this launch"
+                launch.error = launch.error or ENDED
                 launch.finished_at = launch.finished_at or time.time()
                 context.observer.note(
                     f"{record.name} launch {launch.attempt} had no stop record: "
@@ -360,7 +368,7 @@ def measure_load(context: RunContext, arm: str, load: int, phase: Phase,
     except EngineError as exc:
         engine.failed(exc)
     except KeyboardInterrupt:
-        engine.launch.error = "interrupted: servediff was stopped (SIGINT or SIGTERM)"
+        engine.launch.error = INTERRUPTED
         raise
     except DiskFullError as exc:  # the engine is stopped below; the record says why
         engine.launch.error = f"servediff stopped: {exc}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -370,6 +371,48 @@ def test_an_arm_whose_engine_refuses_its_flags_did_not_start_and_the_others_run(
     report = markdown.render(summary, "run")
     broke = report.split("## What broke")[1].split("##")[0]
     assert f'`b` did not start: the engine refused it at all 2 launches ("{REFUSAL}")' in broke
+
+
+def test_a_launch_servediff_stopped_does_not_hide_an_engine_s_refusal(tmp_path: Path):
+    """A refused launch, one that servediff's own interrupt stopped before it was ready
+    (a time budget's end, in h200-sglang-fp8-autotune), then another refusal: the arm did
+    not start. Before, the interrupted launch kept it from counting as refused, and its
+    pair said "no cost observed"."""
+    from servediff.evidence import INTERRUPTED, Launch, LoadRecord
+
+    def launch(attempt: int, **said: Any) -> Launch:
+        return Launch(attempt=attempt, command=["engine"], env_diff={}, options={},
+                      host="127.0.0.1", port=8000, pid=1, started_at=0.0, **said)
+
+    refused = launch(1, engine_refusal=REFUSAL, error=f"exited: {REFUSAL}")
+    stopped = launch(2, error=INTERRUPTED)
+    again = launch(3, engine_refusal=REFUSAL, error=f"exited: {REFUSAL}")
+    record = LoadRecord(arm="b", load=1, launches=[refused, stopped, again])
+    assert record.did_not_start(2) == REFUSAL
+    # one refusal and the interrupt are not two refusals; a launch that was ready counts
+    assert LoadRecord(arm="b", load=1, launches=[refused, stopped]).did_not_start(2) is None
+    ready = launch(2, error=INTERRUPTED, seconds_to_ready=3.0)
+    assert LoadRecord(arm="b", load=1, launches=[refused, ready, again]).did_not_start(2) \
+        is None
+
+
+def test_an_arm_with_nothing_measured_is_never_called_free(tmp_path: Path):
+    """Arm `c` has no cell (its loads were never run to a cell) and was not refused: its
+    pair says nothing was compared, never "no cost observed"."""
+    from tests.fixtures.bundles import cell, make_bundle, speed_cell
+
+    cells = [cell(arm, load) for arm in ("a", "b") for load in (1, 2)]
+    cells += [speed_cell(arm, load, [100.0, 101.0, 99.0], [0.2, 0.21, 0.19])
+              for arm in ("a", "b") for load in (1, 2)]
+    summary = summarize(read_evidence(make_bundle(tmp_path, cells, arms=("a", "b", "c"),
+                                                  cost=True)))
+    pairs = {p.arm: p for p in summary.verdict.pairs}
+    assert pairs["b"].unmeasured == [] and "no cost observed within" in words.headline(
+        pairs["b"])
+    assert pairs["c"].unmeasured == ["c"]
+    assert words.headline(pairs["c"]).startswith(
+        "`c` vs `a`: nothing compared: `c` has no measured cell")
+    assert "no cost" not in words.headline(pairs["c"])
 
 
 

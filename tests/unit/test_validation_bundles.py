@@ -24,8 +24,8 @@ from servediff.analysis.numbers import differences
 from servediff.analysis.summary import summarize
 from servediff.bundle import Evidence, read_evidence, verify
 from servediff.cli import main
-from servediff.evidence import Launch
-from servediff.report.words import claim_text, signature_text
+from servediff.evidence import INTERRUPTED, Launch
+from servediff.report.words import claim_text, headline, signature_text
 from tests.claims import claim_topic, prefix_of
 from tests.fixtures.bundles import launch_spans, overlapping
 
@@ -252,7 +252,7 @@ def rederives(run: Path) -> Summary:
     """The run's summary re-derived: equal to summary.json where that is in today's schema,
     and holding every value of an older one at the same place (what `rederive` checks)."""
     stored = json.loads((run / "summary.json").read_text())
-    assert stored["schema_version"] in (3, 4, 5, 8, 9, 10, 12, 13, 14, 16, 19, 20,
+    assert stored["schema_version"] in (3, 4, 5, 8, 9, 10, 12, 13, 14, 16, 19, 20, 21,
                                         SUMMARY_SCHEMA_VERSION)
     summary = summarize(read_evidence(run))
     assert differences(stored, json.loads(summary.model_dump_json()), limit=0)[1] == []
@@ -588,6 +588,46 @@ def test_deterministic_flashinfer_dies_past_7281_tokens_as_the_seed_did(tmp_path
     assert ship is not None and ship.ship.arm == "baseline"
 
 
+def test_fp8_on_hopper_gives_flashinfer_s_autotuner_nothing_to_run(tmp_path: Path):
+    """h200-sglang-fp8-autotune (issue 43, one H100 80GB, one lease): the seed shape
+    quantised to FP8 as it loads (`--quantization fp8`, Triton attention), with factors
+    `flashinfer_fp8` (`--fp8-gemm-backend flashinfer_cutlass`, the one FP8 way into
+    FlashInfer's autotuner in SGLang 0.5.17) and `autotune_off`
+    (`--disable-flashinfer-autotune`). The engine refuses FlashInfer's FP8 GEMM off
+    Blackwell at every launch; in the arms that start, no log line says the autotuner ran,
+    and `--disable-flashinfer-autotune` changes no score."""
+    run, summary, evidence = _carried_sglang("h200-sglang-fp8-autotune",
+                                             "NVIDIA H100 80GB HBM3", tmp_path)
+    launches = {rec.arm: rec.launches for rec in evidence.loads}
+    assert all("--quantization" in x.command and "fp8" in x.command
+               for xs in launches.values() for x in xs)
+    refusal = ("RuntimeError: FlashInfer FP8 GEMM requested via --fp8-gemm-backend="
+               "flashinfer_cutlass, but FlashInfer is not available or not supported on this "
+               "hardware. FlashInfer CUTLASS FP8 GEMM requires Blackwell GPUs and FlashInfer.")
+    refused = {r.arm: (r.message, r.launches) for r in summary.did_not_start}
+    # the second arm's second launch was stopped by the lease's budget, not the engine:
+    # its three refusals still make it an arm that did not start
+    assert refused == {"flashinfer_fp8": (refusal, 2),
+                       "flashinfer_fp8+autotune_off": (refusal, 3)}
+    assert [x.error for x in launches["flashinfer_fp8+autotune_off"]][1] == INTERRUPTED
+    # the autotuner logs "Running FlashInfer autotune" when it runs: never here
+    for arm in ("baseline", "autotune_off"):
+        log = (run / "logs" / f"{arm}-load1.log").read_text()
+        assert "Running FlashInfer autotune" not in log and "autotune completed" not in log
+        flag = "True" if arm == "autotune_off" else "False"
+        assert f"disable_flashinfer_autotune={flag}" in log
+    (shift,) = summary.arm_shifts
+    assert (shift.arm_a, shift.arm_b, shift.moved) == ("baseline", "autotune_off", 0)
+    assert all(p.moved == 0 for arm in ("baseline", "autotune_off")
+               for p in summary.arms[arm].within_load)
+    pairs = {p.arm: p for p in summary.verdict.pairs}
+    assert [c.topic for c in pairs["flashinfer_fp8"].claims if c.kind == "cost"] == [
+        "refused"]
+    assert [c.topic for c in pairs["flashinfer_fp8+autotune_off"].claims
+            if c.kind == "cost"] == ["refused"]
+    assert summary.factors is not None and summary.factors.ship.arm == "baseline"
+
+
 def test_the_seed_s_factor_plan_on_the_h200_ships_deterministic_on_triton(tmp_path: Path):
     """h200-sglang-seed (issue 43, one H200, one lease): the seed's stack (no prefill CUDA
     graphs) with `deterministic` x `triton`, 8 combined cold loads. Every arm is
@@ -792,6 +832,16 @@ def test_vllm_on_cuda_first_contact_the_seed_s_other_signature(tmp_path: Path):
     assert {s["flashinfer_autotune"] for s in said.values()} == {
         "ran, no tuned entries: default tactics"}
     assert {s["attention_backend"] for s in said.values()} == {"FLASH_ATTN"}
+    # the fourth arm was starting when the lease ended: nothing of it is compared, and
+    # What to ship takes `eager`'s costs from its arm alone (schema 22; before, both said
+    # "no cost observed" of the arm that never measured anything)
+    (cut,) = [p for p in summary.verdict.pairs if p.arm == "batch_invariant+eager"]
+    assert cut.unmeasured == ["batch_invariant+eager"]
+    assert headline(cut).startswith("`batch_invariant+eager` vs `baseline`: nothing compared")
+    assert summary.factors is not None
+    (eager,) = [x for x in summary.factors.ship.left_out if x.factor == "eager"]
+    assert (eager.arm, eager.against) == ("eager", "baseline")
+    assert {c.topic for c in eager.costs} == {"speed"} and len(eager.costs) == 8
 
 
 def test_vllm_on_cuda_batch_invariance_across_loads_and_what_it_costs(tmp_path: Path):

@@ -324,14 +324,16 @@ def failed_launches(evidence: Evidence) -> list[FailedLaunch]:
 
 
 def did_not_start(evidence: Evidence) -> list[DidNotStart]:
-    """Arms with a load whose every launch (max_attempts of them) was refused by the engine
-    with one message: the runner started nothing more of them."""
+    """Arms with a load whose every launch (max_attempts of them, those servediff stopped
+    before they were ready passed over) was refused by the engine with one message: the
+    runner started nothing more of them; `launches` counts the refused ones."""
     out: dict[str, DidNotStart] = {}
     for rec in evidence.loads:
         message = rec.did_not_start(evidence.plan.launch.max_attempts)
         if message and rec.arm not in out:
             out[rec.arm] = DidNotStart(arm=rec.arm, message=message,
-                                       launches=len(rec.launches),
+                                       launches=sum(x.engine_refusal == message
+                                                    for x in rec.launches),
                                        evidence=[Layout.load_ref(rec.name)])
     return [out[arm] for arm in evidence.arms if arm in out]
 

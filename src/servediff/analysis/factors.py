@@ -116,17 +116,27 @@ def _changed_kind(kind: str) -> bool | None:
     return True if kind in ("cost", "gain") else False if kind == "within noise" else None
 
 
+def measured(arm: str, by_arm: Mapping[str, list[Cell]],
+             refused: Mapping[str, DidNotStart]) -> bool:
+    """Whether the arm gave anything to compare: a measured cell, or the engine's refusal."""
+    return arm in refused or bool(by_arm.get(arm))
+
+
 def contrast_properties(a: str, b: str, arms: Mapping[str, FactorArm],
                         costs: Mapping[str, ArmCosts], by_arm: Mapping[str, list[Cell]],
                         refused: Mapping[str, DidNotStart], found: Found
                         ) -> list[tuple[Property, bool | None, list[Claim]]]:
     """Each property of arms a (without the factor) and b (with it): changed or not
-    (None: not measured on both), and the claims that say how."""
+    (None: not measured on both), and the claims that say how. An arm with no measured
+    cell that the engine did not refuse (its loads failed or never ran) measured none."""
     out: list[tuple[Property, bool | None, list[Claim]]] = []
     for ra, rb in zip(arms[a].drift, arms[b].drift, strict=True):
         both = ra.reproducible is not None and rb.reproducible is not None
         out.append((Property(topic="drift", regime=ra.regime),
                     ra.reproducible != rb.reproducible if both else None, []))
+    if not (measured(a, by_arm, refused) and measured(b, by_arm, refused)):
+        out.append((Property(topic="starts"), None, []))
+        return out
     starts = verdict.refused_claims(a, b, refused)
     out.append((Property(topic="starts"), (a in refused) != (b in refused), starts))
     if a in refused or b in refused:
@@ -263,6 +273,8 @@ def ship(plan: Plan, arms: Sequence[FactorArm], costs: Mapping[str, ArmCosts],
             return (sum(r.reproducible is not True for r in mine),
                     sum(r.moved or 0 for r in mine), len(a.factors), order[a.arm])
         chosen = min((a for a in arms if a.started), key=shortfall, default=arms[0])
+    # an arm with nothing measured is as good as absent: its costs are not known
+    by_set = {k: arm for k, arm in by_set.items() if measured(arm, by_arm, refused)}
     left = []
     for factor in plan.factors:
         if factor in chosen.factors:

@@ -111,5 +111,6 @@ def summarize(evidence: Evidence) -> Summary:
         costs=costs, comparisons=comparisons, conditions=conditions(evidence, by_arm),
         untested=missing, probe_findings=found,
         verdict=verdict.verdict(plan, evidence.arms, arms, costs, comparisons, missing,
-                                refused_by_arm, found),
+                                refused_by_arm, found,
+                                {arm for arm, cells in by_arm.items() if cells}),
         factors=factors.analyse(plan, arms, costs, by_arm, refused_by_arm, missing, found))

@@ -12,7 +12,7 @@ was not run next to it: the verdict cannot call a flag free.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 
 from servediff import probes
 from servediff.analysis.findings import (
@@ -227,10 +227,12 @@ def verdict(plan: Plan, arms: list[str], drift: Mapping[str, ArmDrift],
             costs: Mapping[str, ArmCosts], comparisons: list[CostComparison],
             untested: Mapping[str, object],
             refused: Mapping[str, DidNotStart] | None = None,
-            found: Mapping[str, ProbeFinding] | None = None) -> Verdict:
+            found: Mapping[str, ProbeFinding] | None = None,
+            measured: Set[str] | None = None) -> Verdict:
     """Claims per pair: each comparison's arm against its baseline (the first arm of its
     group, plan.comparisons; the verdict's baseline is the first group's). `found`: the
-    findings of probes with an analysis of their own, by section."""
+    findings of probes with an analysis of their own, by section; `measured`: the arms
+    with a measured cell (None: every arm)."""
     regime = coverage(plan, costs, found or {})
     not_tested = sorted(untested)
     pairs = []
@@ -239,9 +241,11 @@ def verdict(plan: Plan, arms: list[str], drift: Mapping[str, ArmDrift],
         claims = [*refused_claims(base, other, refused or {}),
                   *drift_claims(base, drift[base]), *drift_claims(other, drift[other]),
                   *cost_claims(comparison, costs), *probe_claims(found or {}, base, other)]
+        unmeasured = [a for a in (base, other) if measured is not None
+                      and a not in measured and a not in (refused or {})]
         pairs.append(Pair(baseline=base, arm=other, costs=sum(c.kind == "cost" for c in claims),
                           claims=claims, coverage=regime, not_tested=not_tested,
-                          fix=_fix(base, other, drift)))
+                          fix=_fix(base, other, drift), unmeasured=unmeasured))
     return Verdict(baseline=arms[0], pairs=pairs, coverage=regime, not_tested=not_tested)
 
 

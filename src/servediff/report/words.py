@@ -553,7 +553,12 @@ def coverage_text(c: Coverage) -> str:
 
 def headline(pair: Pair) -> str:
     found = [claim_text(c) for c in pair.claims if c.kind == "cost"]
-    if found:
+    if pair.unmeasured:
+        text = (f"`{pair.arm}` vs `{pair.baseline}`: nothing compared: "
+                f"{and_list([f'`{a}`' for a in pair.unmeasured])} "
+                f"{'has' if len(pair.unmeasured) == 1 else 'have'} no measured cell (the "
+                "gaps say which loads)")
+    elif found:
         text = (f"`{pair.arm}` vs `{pair.baseline}`: {len(found)} cost(s) found: "
                 + "; ".join(found))
     elif coverage_text(pair.coverage) == "no cost probe":

@@ -32,7 +32,7 @@ from servediff import atomic
 from servediff.bundle import write_manifest
 from servediff.context import RunContext
 from servediff.errors import InputError, ServediffError
-from servediff.evidence import Launch, Phase, load_name
+from servediff.evidence import INTERRUPTED, Launch, Phase, load_name
 from servediff.plan import Plan, lock
 from servediff.runner import Lane, LoadKey, Measuring
 from servediff.scale import worker
@@ -145,8 +145,7 @@ class OnRay:
         except BaseException as exc:
             # Ctrl-C, or a refusal (a busy machine) that ends the run: the other remote
             # loads are cancelled, their engines stopped and recorded, before it ends
-            measuring.cancel("interrupted: servediff was stopped (SIGINT or SIGTERM)"
-                             if isinstance(exc, KeyboardInterrupt) else
+            measuring.cancel(INTERRUPTED if isinstance(exc, KeyboardInterrupt) else
                              f"cancelled: the run stopped ({exc})")
             raise
         finally:

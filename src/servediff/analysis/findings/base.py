@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-SUMMARY_SCHEMA_VERSION = 21
+SUMMARY_SCHEMA_VERSION = 22
 
 Metric = Literal["decode_tok_s", "prefill_tok_s", "ttft_s"]
 Band = list[float]

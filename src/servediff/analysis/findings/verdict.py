@@ -189,6 +189,9 @@ class Pair(Finding):
     coverage: Coverage
     not_tested: list[str]
     fix: Fix | None
+    # the pair's arms with no measured cell that the engine did not refuse (their loads
+    # failed otherwise or were never run): nothing of the pair was compared (schema 22)
+    unmeasured: list[str] = Field(default_factory=list)
 
 
 class Verdict(Finding):
