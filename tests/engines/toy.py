@@ -10,15 +10,36 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
 from servediff.engines.base import Capability, EngineInfo
+from servediff.engines.builds import BuildFailed, BuildSource
 from servediff.engines.completions import CompletionsAdapter
 from servediff.engines.transport import EngineClient
+from servediff.errors import InputError
 
 ENTRY = "tests.engines.toy:ToyAdapter"
+
+
+class ToyBuilds:
+    """The toy engine's builds 1 to 99 (`servediff bisect`): from build TOY_FLIP on, its
+    server adds 0.001 to every logprob (a kernel changed between two builds); the builds
+    in TOY_BROKEN (comma-separated) fail to build."""
+
+    def between(self, good: str, bad: str) -> list[str]:
+        if not (good.isdigit() and bad.isdigit() and 1 <= int(good) < int(bad) <= 99):
+            raise InputError(f"toy builds are 1 to 99, good before bad; got {good}, {bad}")
+        return [str(n) for n in range(int(good), int(bad) + 1)]
+
+    def command(self, build: str) -> list[str]:
+        if build in os.environ.get("TOY_BROKEN", "").split(","):
+            raise BuildFailed(f"build {build}: the toy compiler failed")
+        shifted = int(build) >= int(os.environ.get("TOY_FLIP", "100"))
+        return [*ToyAdapter.default_command, "--build", build,
+                "--offset", "0.001" if shifted else "0"]
 
 
 class ToyAdapter(CompletionsAdapter):
@@ -28,6 +49,9 @@ class ToyAdapter(CompletionsAdapter):
     default_command: ClassVar[list[str]] = [sys.executable, "-m", "tests.engines.toy",
                                             "--model", "{model}", "--host", "{host}",
                                             "--port", "{port}"]
+
+    def builds(self) -> BuildSource | None:
+        return ToyBuilds()
 
     def info(self, client: EngineClient) -> EngineInfo:
         raw: dict[str, Any] = client.get_json("/version")
@@ -47,6 +71,8 @@ def main() -> None:
     parser.add_argument("--refuse")
     # the build this server says it is (/version "build"): another build of the engine
     parser.add_argument("--build", default="1")
+    # added to every logprob it gives (a build whose kernels compute otherwise)
+    parser.add_argument("--offset", type=float, default=0.0)
     # an engine adapter's own flags (the embedded engine's, when a plan launches this
     # server in its place) are taken and ignored
     # every other tokenization of this text comes back with one more token (an engine
@@ -55,7 +81,7 @@ def main() -> None:
     args, _ = parser.parse_known_args()
     if args.refuse:
         sys.exit(f"ValueError: {args.refuse}")
-    engine = FakeEngine()
+    engine = FakeEngine(load_offset=args.offset)
     build = args.build
     calls: list[int] = []
 

@@ -31,6 +31,7 @@ COMMANDS = {
     "engines": "servediff.cli.engines:engines",
     "scrub": "servediff.cli.scrub:scrub",
     "export": "servediff.cli.export:export",
+    "bisect": "servediff.cli.bisect:bisect",
 }
 
 

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from servediff.engines.transport import EngineClient
 
 if TYPE_CHECKING:
+    from servediff.engines.builds import BuildSource
     from servediff.evidence import Launch
 
 # What an adapter can do (the module's docstring says each); a probe or a plan asks for one
@@ -168,6 +169,11 @@ class EngineAdapter(ABC):
     # change and want to know the cost and drift of, and what the candidate changes.
     example_arms: ClassVar[tuple[dict[str, Any], dict[str, Any], str]] = (
         {}, {"args": []}, "the flag under test")
+
+    def builds(self) -> BuildSource | None:
+        """Where this engine's builds come from, for `servediff bisect` (None: it names
+        none)."""
+        return None
 
     def example_options(self, small: bool) -> list[str]:
         """The `[engine_options]` lines (TOML, with comments) `servediff init` writes; none

@@ -1,0 +1,142 @@
+"""`servediff bisect`: each build of a range measured as an arm, then bisected.
+
+A step is the user's plan with one arm, its first, served by the build's command (the
+engine adapter's `BuildSource`), run by the ordinary runner into `<out>/steps/<build>`
+and kept as a bundle of its own (locked plan, raw rows, report). Its property is read
+from that bundle: the per-text scores of its first load, compared with the good end's
+(`scores`; a text moved as the plan's threshold says), or whether the engine started
+(`starts`). `bisection.bisect` chooses the builds; `<out>/bisect.json` holds the answer
+and every step. A step whose bundle is complete is read again, not measured again, so a
+bisection interrupted resumes with the same command.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from servediff import atomic
+from servediff.analysis.compare import TextScore, compare
+from servediff.analysis.drift import did_not_start, scores_of
+from servediff.bisection import Bisection, Step, bisect
+from servediff.bundle import read_evidence
+from servediff.context import Observer
+from servediff.corpus import Corpus
+from servediff.derived import write_derived
+from servediff.engines import registry
+from servediff.engines.builds import BuildFailed
+from servediff.errors import InputError
+from servediff.plan import Plan, resolve_plan
+from servediff.runner import Runner
+
+Property = Literal["scores", "starts"]
+PROPERTIES: dict[str, str] = {
+    "scores": "per-text scores (the first load's score pass, against the good end's)",
+    "starts": "whether the engine starts",
+}
+# what a step's plan keeps of the user's plan: everything but how arms are made
+ARM_TABLES = ("arms", "factors", "design", "comparisons", "ship", "confirmation",
+              "cost_loads")
+
+
+def step_plan(raw: dict[str, Any], plan: Plan, build: str, command: list[str], source: str,
+              base: Path) -> tuple[Plan, Corpus]:
+    """The plan that measures `build`: the user's plan with its first arm alone, named
+    `build_<build>` (its other characters than letters, digits, `_` and `.` as `_`) and
+    served by `command`."""
+    first = next(iter(plan.arms.values()))
+    arm = {**first.model_dump(mode="json", exclude_defaults=True, exclude={"factors"}),
+           "command": command}
+    step = {k: v for k, v in raw.items() if k not in ARM_TABLES}
+    step["arms"] = {"build_" + re.sub(r"[^A-Za-z0-9_.]", "_", build)[:34]: arm}
+    return resolve_plan(step, f"{source} (build {build})", base)
+
+
+def first_scores(root: Path) -> dict[str, TextScore]:
+    """The scores of a step's first load's score pass (none: it gave none)."""
+    evidence = read_evidence(root)
+    cells = sorted((c for c in evidence.cells if c.probe == "score"), key=lambda c: c.load)
+    return scores_of(cells[0]) if cells else {}
+
+
+def started(root: Path) -> tuple[bool, str]:
+    """Whether a step's engine started, and the engine's refusal where it did not."""
+    evidence = read_evidence(root)
+    refused = did_not_start(evidence)
+    if refused:
+        return False, f"the engine did not start: {refused[0].message}"
+    ready = any(x.seconds_to_ready is not None for rec in evidence.loads for x in rec.launches)
+    return ready, "it started" if ready else "no launch became ready"
+
+
+class Judge:
+    """Measures one build and says good, bad or skip, against the good end's property."""
+
+    def __init__(self, path: Path, prop: Property, root: Path, observer: Observer) -> None:
+        self.path, self.prop, self.root, self.observer = path, prop, root, observer
+        self.raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        self.plan, _ = resolve_plan(self.raw, str(path), path.parent)
+        source = registry.create(self.plan.engine).builds()
+        if source is None:
+            raise InputError(f"{path}: engine {self.plan.engine!r} names no builds to bisect "
+                             "(its adapter has no build source)")
+        self.source = source
+        self.reference: dict[str, TextScore] | None = None
+
+    def __call__(self, build: str) -> Step:
+        try:
+            command = self.source.command(build)
+        except BuildFailed as exc:
+            return Step(build=build, verdict="skip", why=f"did not build: {exc}")
+        plan, corpus = step_plan(self.raw, self.plan, build, command, str(self.path),
+                                 self.path.parent)
+        root = self.root / "steps" / build
+        Runner(plan, corpus, root, self.path.parent, self.observer).run()
+        write_derived(root)
+        bundle = str(root.relative_to(self.root))
+        up, why = started(root)
+        if self.prop == "starts":
+            return Step(build=build, verdict="good" if up else "bad", why=why, bundle=bundle)
+        scores = first_scores(root)
+        if not scores:
+            return Step(build=build, verdict="skip", why=f"no scores to compare: {why}",
+                        bundle=bundle)
+        if self.reference is None:  # the good end, measured first
+            self.reference = scores
+            return Step(build=build, verdict="good", why=f"the reference: {len(scores)} texts "
+                        "scored", bundle=bundle)
+        found = compare(self.reference, scores, self.plan.thresholds.moved_abs_nll)
+        if found.moved or found.ids_differ:
+            why = (f"{found.moved} of {found.compared} texts moved (max |dNLL| "
+                   f"{found.max_abs_delta:.3g} on {found.max_tag})" if found.moved else
+                   f"{len(found.ids_differ)} texts tokenized otherwise")
+            return Step(build=build, verdict="bad", why=why, bundle=bundle)
+        return Step(build=build, verdict="good", why=f"0 of {found.compared} texts moved",
+                    bundle=bundle)
+
+
+def run_bisection(path: Path, good: str, bad: str, prop: Property, root: Path,
+                  observer: Observer, say: Callable[[str], None]) -> Bisection:
+    """Bisect the builds from `good` to `bad` of the plan's engine; the answer is written
+    to `<root>/bisect.json` after every step."""
+    judge = Judge(path, prop, root, observer)
+    root.mkdir(parents=True, exist_ok=True)
+    builds = judge.source.between(good, bad)
+    say(f"bisecting {len(builds)} builds of {judge.plan.engine} from {good} to {bad} on "
+        f"{PROPERTIES[prop]}: about {len(builds).bit_length() + 1} builds to measure")
+    steps: list[Step] = []
+
+    def progress(step: Step, left: int) -> None:
+        steps.append(step)
+        say(f"[step {len(steps)}] build {step.build}: {step.verdict} ({step.why}); about "
+            f"{left} more to measure")
+        atomic.write_json(root / "bisect.json", {"property": prop, "builds": builds,
+                                                  "steps": [s.model_dump() for s in steps],
+                                                  "outcome": "running"})
+
+    found = bisect(builds, prop, judge, progress)
+    atomic.write_json(root / "bisect.json", found.model_dump(mode="json"))
+    return found

@@ -1,0 +1,109 @@
+"""Which build changed it: the search over an engine's builds, and what it found.
+
+A bisection is given an ordered list of builds (oldest first) and a judge that measures
+one build and says whether its property is the good end's ("good"), differs ("bad"), or
+cannot be measured ("skip": the build did not build or install, as `git bisect skip`).
+It measures both ends first and goes on only when they flip: the good end good, the bad
+end bad. Then it halves the range between the last good and the first bad build,
+passing over skipped builds to their nearest untested neighbour, until no untested build
+is left between them. The answer names the last good build, the first bad one, and the
+skipped builds between them, where those leave the answer a range: O(log n) builds are
+measured, each with its own bundle. Builds (tags, releases) are as fine as it goes;
+commits between two builds are the user's to bisect, and the answer says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Verdict = Literal["good", "bad", "skip"]
+
+
+class Step(BaseModel):
+    """One build measured: its verdict, why, and the bundle of its run (None: none, a
+    build that did not build)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    build: str
+    verdict: Verdict
+    why: str
+    bundle: str | None = None
+
+
+class Bisection(BaseModel):
+    """What a bisection found (bisect.json): the builds of the range, each step in the
+    order measured, and the answer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = 1
+    property: str
+    builds: list[str]
+    steps: list[Step]
+    # "found": last_good and first_bad are neighbours, or only skipped builds lie between
+    # them; "no flip": the ends do not flip (good end not good, or bad end not bad)
+    outcome: Literal["found", "no flip"]
+    last_good: str | None = None
+    first_bad: str | None = None
+    # skipped builds between last_good and first_bad: the first bad build is one of these
+    # or first_bad
+    between: list[str] = []
+    why: str = ""
+
+
+def bisect(builds: Sequence[str], prop: str, judge: Callable[[str], Step],
+           progress: Callable[[Step, int], None] = lambda step, left: None) -> Bisection:
+    """The first build of `builds` whose property differs from the first build's, by
+    `judge`; `progress` hears each step and about how many builds are left to measure."""
+    if len(builds) < 2:
+        raise ValueError(f"a bisection needs two builds at least, got {list(builds)}")
+    steps: list[Step] = []
+    verdicts: dict[int, Verdict] = {}
+
+    def measure(i: int) -> Verdict:
+        step = judge(builds[i])
+        steps.append(step)
+        verdicts[i] = step.verdict
+        progress(step, _left(lo, hi, verdicts))
+        return step.verdict
+
+    lo, hi = 0, len(builds) - 1
+    for end, wanted in ((lo, "good"), (hi, "bad")):
+        if (got := measure(end)) != wanted:
+            why = (f"the {wanted} end, build {builds[end]}, is {got} "
+                   f"({steps[-1].why}): no flip to bisect")
+            return Bisection(property=prop, builds=list(builds), steps=steps,
+                             outcome="no flip", why=why)
+    while (i := _next(lo, hi, verdicts)) is not None:
+        got = measure(i)
+        if got == "good":
+            lo = i
+        elif got == "bad":
+            hi = i
+    between = [builds[i] for i in range(lo + 1, hi)]
+    why = (f"build {builds[hi]} is the first that differs from build {builds[0]} in {prop}"
+           if not between else
+           f"the first build that differs from build {builds[0]} in {prop} is one of "
+           f"{', '.join(between)} (not measurable) or {builds[hi]}")
+    return Bisection(property=prop, builds=list(builds), steps=steps, outcome="found",
+                     last_good=builds[lo], first_bad=builds[hi], between=between,
+                     why=why + "; commits between two builds are not bisected")
+
+
+def _next(lo: int, hi: int, verdicts: dict[int, Verdict]) -> int | None:
+    """The untested build nearest the middle of (lo, hi), or None when none is left."""
+    untested = [i for i in range(lo + 1, hi) if i not in verdicts]
+    if not untested:
+        return None
+    middle = (lo + hi) / 2
+    return min(untested, key=lambda i: (abs(i - middle), i))
+
+
+def _left(lo: int, hi: int, verdicts: dict[int, Verdict]) -> int:
+    """About how many more builds a bisection of (lo, hi) measures: log2 of the range."""
+    untested = sum(1 for i in range(lo + 1, hi) if i not in verdicts)
+    return untested.bit_length()

@@ -1,0 +1,31 @@
+"""Builds of an engine as a source: which builds lie between two, and how to get one.
+
+An adapter that can name its builds returns a `BuildSource` from `EngineAdapter.builds()`
+(servediff bisect asks it): the builds between two ends, oldest first, as the engine
+numbers them, and for one build the launch command that serves it, built or installed
+into a cache keyed by the build, so that the next bisection reuses it. A build that fails
+to build or install raises `BuildFailed`: the bisection skips it and names it, as
+`git bisect skip` does.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from servediff.errors import ServediffError
+
+
+class BuildFailed(ServediffError):
+    """A build that could not be built or installed: the message says why."""
+
+
+class BuildSource(Protocol):
+    def between(self, good: str, bad: str) -> list[str]:
+        """The builds from `good` to `bad`, both included, oldest first; raises InputError
+        for an end that is not a build of this engine."""
+        ...
+
+    def command(self, build: str) -> list[str]:
+        """The launch command template ({model}, {host}, {port}) that serves `build`, once
+        it is built or installed; raises BuildFailed."""
+        ...

@@ -1,0 +1,89 @@
+"""`servediff bisect` on the toy engine's builds, started for real: a known flip found
+with each step's bundle kept, a build that does not build skipped and named, and a range
+without a flip refused with the reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servediff.bundle import read_evidence
+from servediff.cli import main
+from servediff.engines import registry
+from tests.engines import toy
+from tests.integration.engines import assert_all_stopped, probes_off
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def toy_plan(tmp_path: Path) -> Path:
+    (tmp_path / "toy-model").mkdir()
+    (tmp_path / "toy-model" / "weights.bin").write_bytes(b"toy")
+    path = tmp_path / "toy.toml"
+    path.write_text(
+        'name = "toy-bisect"\nengine = "toy"\nmodel = "toy-model"\nloads_per_arm = 1\n'
+        '[arms.stock]\n[arms.other]\nargs = ["--flaky-tokenize", "x"]\n'
+        '[corpus]\ntags = ["json-event", "prose-harbour"]\n[probes.repeat]\ncount = 0\n'
+        + probes_off("concurrency", "generate", "speed", "sweep", "prefix")
+        + f'[launch]\nenv = {{ PYTHONPATH = "{ROOT}:{ROOT / "src"}" }}\n')
+    return path
+
+
+def bisect(plan: Path, out: Path, *extra: str) -> int:
+    with pytest.raises(SystemExit) as ended:
+        main(["bisect", str(plan), "--good", "1", "--bad", "9", "--out", str(out), *extra])
+    return int(ended.value.code or 0)
+
+
+def test_the_first_build_whose_scores_differ_is_found(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]):
+    monkeypatch.setitem(registry.ENGINES, "toy", toy.ENTRY)
+    monkeypatch.setenv("TOY_FLIP", "6")
+    monkeypatch.setenv("TOY_BROKEN", "5")
+    out = tmp_path / "bisect"
+    assert bisect(toy_plan(tmp_path), out) == 0
+    found = json.loads((out / "bisect.json").read_text())
+    assert (found["outcome"], found["last_good"], found["first_bad"], found["between"]) == (
+        "found", "4", "6", ["5"])
+    steps = {s["build"]: s for s in found["steps"]}
+    # the ends, then the middle of what is left: never every build
+    assert list(steps)[:2] == ["1", "9"] and len(steps) <= 6
+    assert steps["5"]["verdict"] == "skip" and "toy compiler failed" in steps["5"]["why"]
+    assert steps["6"]["verdict"] == "bad" and "2 of 2 texts moved" in steps["6"]["why"]
+    # each measured build is a bundle of its own, served by that build (the plan's first
+    # arm alone), with its report
+    for build, step in steps.items():
+        if step["verdict"] == "skip":
+            assert step["bundle"] is None
+            continue
+        run = out / step["bundle"]
+        evidence = read_evidence(run)
+        assert [rec.arm for rec in evidence.loads] == [f"build_{build}"]
+        launch = evidence.loads[0].launches[0]
+        assert launch.engine["version"]["build"] == build and "--flaky-tokenize" not in \
+            launch.command
+        assert (run / "report.md").exists()
+        assert_all_stopped(run)
+    printed = capsys.readouterr()
+    assert "build 6 is the first" not in printed.out  # 5 could not be measured
+    assert "one of 5 (not measurable) or 6" in printed.out
+    assert "[step 1] build 1: good" in printed.err
+    # the same command again reads every step's bundle and measures nothing
+    assert bisect(out.parent / "toy.toml", out) == 0
+    assert json.loads((out / "bisect.json").read_text())["first_bad"] == "6"
+
+
+def test_a_range_without_a_flip_is_refused_with_the_reason(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]):
+    monkeypatch.setitem(registry.ENGINES, "toy", toy.ENTRY)
+    monkeypatch.setenv("TOY_FLIP", "50")
+    out = tmp_path / "bisect"
+    assert bisect(toy_plan(tmp_path), out) == 1
+    found = json.loads((out / "bisect.json").read_text())
+    assert found["outcome"] == "no flip" and len(found["steps"]) == 2
+    assert "the bad end, build 9, is good" in capsys.readouterr().out

@@ -1,0 +1,63 @@
+"""The search over builds (servediff.bisection): both ends first, a flip or a refusal,
+halving to neighbours, skipped builds passed over and named."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from servediff.bisection import Step, bisect
+
+BUILDS = [str(n) for n in range(100, 164)]  # 64 builds
+
+
+def judge_for(flip: int, broken: set[int], asked: list[str]):
+    def judge(build: str) -> Step:
+        asked.append(build)
+        if int(build) in broken:
+            return Step(build=build, verdict="skip", why="did not build")
+        return Step(build=build, verdict="bad" if int(build) >= flip else "good", why="")
+    return judge
+
+
+@pytest.mark.parametrize("flip", [101, 117, 132, 163])
+def test_the_first_bad_build_is_found_in_log_n_steps(flip: int):
+    asked: list[str] = []
+    found = bisect(BUILDS, "scores", judge_for(flip, set(), asked))
+    assert found.outcome == "found" and found.between == []
+    assert (found.last_good, found.first_bad) == (str(flip - 1), str(flip))
+    # the two ends, then at most log2 of the 62 builds between them
+    assert asked[:2] == ["100", "163"] and len(asked) <= 2 + math.ceil(math.log2(62))
+    assert len(set(asked)) == len(asked)  # no build is measured twice
+    assert [s.build for s in found.steps] == asked
+
+
+def test_a_build_that_does_not_build_is_skipped_and_named():
+    asked: list[str] = []
+    found = bisect(BUILDS, "scores", judge_for(132, {131}, asked))
+    assert (found.last_good, found.first_bad, found.between) == ("130", "132", ["131"])
+    assert "one of 131 (not measurable) or 132" in found.why
+    assert any(s.build == "131" and s.verdict == "skip" for s in found.steps)
+    # skipped builds around the flip: the neighbours are measured instead
+    found = bisect(BUILDS, "scores", judge_for(132, {130}, []))
+    assert (found.last_good, found.first_bad, found.between) == ("131", "132", [])
+
+
+@pytest.mark.parametrize(("flip", "broken", "said"), [
+    (200, set(), "the bad end, build 163, is good"),
+    (100, set(), "the good end, build 100, is bad"),
+    (132, {100}, "the good end, build 100, is skip"),
+])
+def test_no_flip_between_the_ends_is_refused_with_the_reason(flip: int, broken: set[int],
+                                                             said: str):
+    asked: list[str] = []
+    found = bisect(BUILDS, "scores", judge_for(flip, broken, asked))
+    assert found.outcome == "no flip" and found.first_bad is None
+    assert said in found.why and "no flip to bisect" in found.why
+    assert len(asked) <= 2
+
+
+def test_two_builds_at_least():
+    with pytest.raises(ValueError, match="two builds at least"):
+        bisect(["1"], "scores", judge_for(1, set(), []))
