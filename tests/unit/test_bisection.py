@@ -71,7 +71,8 @@ def test_llama_cpp_s_builds_are_the_registry_s_releases_between_the_ends(tmp_pat
     from servediff.errors import InputError
 
     releases = ["11434", "11401", "11393", "11382", "11378", "9093"]
-    source = LlamaCppBuilds(lambda: releases, tmp_path / "build.sh")
+    source = LlamaCppBuilds(LlamaCppAdapter.default_command[1:], lambda: releases,
+                            tmp_path / "build.sh")
     assert source.between("11382", "11434") == ["11382", "11393", "11401", "11434"]
     with pytest.raises(InputError, match=r"--good 11390: not a llama.cpp build .* the "
                                          r"nearest are 11382, 11393, 11401"):

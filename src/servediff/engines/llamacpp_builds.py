@@ -41,9 +41,12 @@ def registry_builds() -> list[str]:
 
 
 class LlamaCppBuilds:
-    def __init__(self, releases: Callable[[], list[str]] = registry_builds,
+    """`server_args`: llama-server's arguments after the binary (the adapter's)."""
+
+    def __init__(self, server_args: list[str],
+                 releases: Callable[[], list[str]] = registry_builds,
                  script: Path = SCRIPT) -> None:
-        self.releases, self.script = releases, script
+        self.server_args, self.releases, self.script = server_args, releases, script
 
     def between(self, good: str, bad: str) -> list[str]:
         known = sorted({int(b) for b in self.releases() if b.isdigit()})
@@ -77,6 +80,4 @@ class LlamaCppBuilds:
             said = done.stderr.strip().splitlines()[-1:] or ["no message"]
             raise BuildFailed(f"build {build}: {self.script.name} exited {done.returncode}: "
                               f"{said[0]}")
-        from servediff.engines.llamacpp import LlamaCppAdapter
-
-        return [lines[-1], *LlamaCppAdapter.default_command[1:]]
+        return [lines[-1], *self.server_args]
