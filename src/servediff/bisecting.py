@@ -13,6 +13,7 @@ bisection interrupted resumes with the same command.
 from __future__ import annotations
 
 import re
+import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -75,8 +76,10 @@ def started(root: Path) -> tuple[bool, str]:
 class Judge:
     """Measures one build and says good, bad or skip, against the good end's property."""
 
-    def __init__(self, path: Path, prop: Property, root: Path, observer: Observer) -> None:
+    def __init__(self, path: Path, prop: Property, root: Path, observer: Observer,
+                 say: Callable[[str], None] = lambda line: None) -> None:
         self.path, self.prop, self.root, self.observer = path, prop, root, observer
+        self.say = say
         self.raw = tomllib.loads(path.read_text(encoding="utf-8"))
         self.plan, _ = resolve_plan(self.raw, str(path), path.parent)
         source = registry.create(self.plan.engine).builds()
@@ -87,10 +90,13 @@ class Judge:
         self.reference: dict[str, TextScore] | None = None
 
     def __call__(self, build: str) -> Step:
+        self.say(f"build {build}: getting it (built or installed once, then cached)")
+        t0 = time.monotonic()
         try:
             command = self.source.command(build)
         except BuildFailed as exc:
             return Step(build=build, verdict="skip", why=f"did not build: {exc}")
+        self.say(f"build {build}: ready after {time.monotonic() - t0:.0f} s; measuring it")
         plan, corpus = step_plan(self.raw, self.plan, build, command, str(self.path),
                                  self.path.parent)
         root = self.root / "steps" / build
@@ -122,7 +128,7 @@ def run_bisection(path: Path, good: str, bad: str, prop: Property, root: Path,
                   observer: Observer, say: Callable[[str], None]) -> Bisection:
     """Bisect the builds from `good` to `bad` of the plan's engine; the answer is written
     to `<root>/bisect.json` after every step."""
-    judge = Judge(path, prop, root, observer)
+    judge = Judge(path, prop, root, observer, say)
     root.mkdir(parents=True, exist_ok=True)
     builds = judge.source.between(good, bad)
     say(f"bisecting {len(builds)} builds of {judge.plan.engine} from {good} to {bad} on "
