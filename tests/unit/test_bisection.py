@@ -64,12 +64,14 @@ def test_two_builds_at_least():
         bisect(["1"], "scores", judge_for(1, set(), []))
 
 
-def test_llama_cpp_s_builds_are_the_registry_s_releases_between_the_ends(tmp_path: Path):
+def test_llama_cpp_s_builds_are_the_registry_s_releases_between_the_ends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from servediff.engines.builds import BuildFailed
     from servediff.engines.llamacpp import LlamaCppAdapter
     from servediff.engines.llamacpp_builds import LlamaCppBuilds
     from servediff.errors import InputError
 
+    monkeypatch.setenv("SERVEDIFF_CACHE", str(tmp_path / "cache"))
     releases = ["11434", "11401", "11393", "11382", "11378", "9093"]
     source = LlamaCppBuilds(LlamaCppAdapter.default_command[1:], lambda: releases,
                             tmp_path / "build.sh")
@@ -82,9 +84,14 @@ def test_llama_cpp_s_builds_are_the_registry_s_releases_between_the_ends(tmp_pat
     # a build that does not build is a BuildFailed with the script's last words
     with pytest.raises(BuildFailed, match="is not here"):
         source.command("11393")
-    (tmp_path / "build.sh").write_text('echo "cmake: error in ggml.c" >&2; exit 2\n')
-    with pytest.raises(BuildFailed, match="exited 2: cmake: error in ggml.c"):
+    (tmp_path / "build.sh").write_text(
+        'printf "[12/80] Building C object ggml.c.o\\nggml.c:10: error: unknown type\\n'
+        'ninja: build stopped: subcommand failed.\\n" >&2; exit 2\n')
+    with pytest.raises(BuildFailed, match="exited 2: ggml.c:10: error: unknown type"):
         source.command("11393")
+    # the whole output is kept beside the cache, for the reason in full
+    kept = source.folder("11393").with_suffix(".build-failed.log")
+    assert "[12/80] Building C object" in kept.read_text()
     # one that builds: the binary it printed, with llama-server's own arguments
     binary = tmp_path / "llama-server"
     binary.write_text("")

@@ -77,7 +77,12 @@ class LlamaCppBuilds:
             raise BuildFailed(f"build {build}: not built within {BUILD_TIMEOUT_S} s") from None
         lines = done.stdout.strip().splitlines()
         if done.returncode != 0 or not lines or not Path(lines[-1]).exists():
-            said = done.stderr.strip().splitlines()[-1:] or ["no message"]
+            # the compiler's first error says why; the build log is kept beside the cache
+            log = self.folder(build).with_suffix(".build-failed.log")
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(done.stderr, encoding="utf-8")
+            said = [x.strip() for x in done.stderr.splitlines() if "error" in x.lower()]
+            said = said or done.stderr.strip().splitlines()[-1:] or ["no message"]
             raise BuildFailed(f"build {build}: {self.script.name} exited {done.returncode}: "
-                              f"{said[0]}")
+                              f"{said[0][:300]} (the build's output: {log})")
         return [lines[-1], *self.server_args]
