@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -30,7 +29,7 @@ from servediff.derived import write_derived
 from servediff.engines import registry
 from servediff.engines.builds import BuildFailed
 from servediff.errors import InputError
-from servediff.plan import Plan, resolve_plan
+from servediff.plan import Plan, read_plan_file, resolve_plan
 from servediff.runner import Runner
 
 Property = Literal["scores", "starts"]
@@ -80,7 +79,7 @@ class Judge:
                  say: Callable[[str], None] = lambda line: None) -> None:
         self.path, self.prop, self.root, self.observer = path, prop, root, observer
         self.say = say
-        self.raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        self.raw = read_plan_file(path)
         self.plan, _ = resolve_plan(self.raw, str(path), path.parent)
         source = registry.create(self.plan.engine).builds()
         if source is None:

@@ -100,3 +100,15 @@ def test_llama_cpp_s_cached_build_is_served_by_its_build_source(llama_server: Pa
     command = source.command(DEFAULT_BUILD)
     assert Path(command[0]) == llama_server
     assert command[1:] == LlamaCppAdapter.default_command[1:]
+
+
+def test_a_plan_that_is_not_toml_or_an_engine_without_builds_is_refused_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("engine = \"toy\nmodel = 1\n")
+    assert bisect(bad, tmp_path / "out") == 2
+    assert "bad.toml: invalid TOML" in capsys.readouterr().err
+    plan = tmp_path / "vllm.toml"
+    plan.write_text('engine = "vllm"\nmodel = "smollm2"\n[arms.a]\n')
+    assert bisect(plan, tmp_path / "out") == 2
+    assert "engine 'vllm' names no builds to bisect" in capsys.readouterr().err
