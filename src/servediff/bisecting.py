@@ -22,7 +22,7 @@ from servediff import atomic
 from servediff.analysis.compare import TextScore, compare
 from servediff.analysis.drift import did_not_start, scores_of
 from servediff.bisection import Bisection, Step, bisect
-from servediff.bundle import read_evidence
+from servediff.bundle import Evidence, read_evidence
 from servediff.context import Observer
 from servediff.corpus import Corpus
 from servediff.derived import write_derived
@@ -55,16 +55,14 @@ def step_plan(raw: dict[str, Any], plan: Plan, build: str, command: list[str], s
     return resolve_plan(step, f"{source} (build {build})", base)
 
 
-def first_scores(root: Path) -> dict[str, TextScore]:
+def first_scores(evidence: Evidence) -> dict[str, TextScore]:
     """The scores of a step's first load's score pass (none: it gave none)."""
-    evidence = read_evidence(root)
     cells = sorted((c for c in evidence.cells if c.probe == "score"), key=lambda c: c.load)
     return scores_of(cells[0]) if cells else {}
 
 
-def started(root: Path) -> tuple[bool, str]:
+def started(evidence: Evidence) -> tuple[bool, str]:
     """Whether a step's engine started, and the engine's refusal where it did not."""
-    evidence = read_evidence(root)
     refused = did_not_start(evidence)
     if refused:
         return False, f"the engine did not start: {refused[0].message}"
@@ -102,10 +100,11 @@ class Judge:
         Runner(plan, corpus, root, self.path.parent, self.observer).run()
         write_derived(root)
         bundle = str(root.relative_to(self.root))
-        up, why = started(root)
+        evidence = read_evidence(root)  # once: both properties read the same bundle
+        up, why = started(evidence)
         if self.prop == "starts":
             return Step(build=build, verdict="good" if up else "bad", why=why, bundle=bundle)
-        scores = first_scores(root)
+        scores = first_scores(evidence)
         if not scores:
             return Step(build=build, verdict="skip", why=f"no scores to compare: {why}",
                         bundle=bundle)
