@@ -943,6 +943,72 @@ def test_vllm_on_cuda_enforce_eager_with_fresh_compile_caches(tmp_path: Path):
     assert eager[1] != scores[1]
 
 
+def test_vllm_on_cuda_four_arms_batch_invariance_breaks_under_enforce_eager(tmp_path: Path):
+    """h200-vllm-factorial (issue 44, one H100 80GB, one lease): the signature plan whole,
+    `batch_invariant` x `eager`, 2 combined cold loads per arm (8 starts), torch.compile's
+    cache shared between an arm's loads. Every arm is bit-identical across its cold loads
+    and between repeats. Stock drifts with the scoring batch and under concurrency; each
+    factor alone removes the batch drift, eager keeps the concurrency drift at 2,048
+    tokens, and the two together bring the batch drift back on 13 or 14 of 16 texts from
+    the first few positions. vLLM's log names the difference: the eager arms run its CUDA
+    custom ops (RMSNorm's `vllm_c` form first), the compiled arms the native forms; which
+    op varies with the batch is not located. What to ship is
+    `batch_invariant`, at -32 % decode one at a time at 4,096 tokens."""
+    run, summary, evidence, ready = _vllm_cuda("h200-vllm-factorial", tmp_path)
+    # eager's first load was started twice: the lease's first call ended in its cost part
+    assert len(ready) == 9 and {x.cache_policy for x in ready} == {"shared"}
+    compiled = {(rec.arm, rec.load): x.startup.get("compile_cache")
+                for rec in evidence.loads for x in rec.launches if x.seconds_to_ready}
+    assert compiled[("baseline", 2)] == compiled[("batch_invariant", 2)] == "loaded"
+    assert compiled[("eager", 1)] is None
+    arms = summary.arms
+    assert {arm: [(p.moved, p.compared) for p in a.across_load] for arm, a in arms.items()} \
+        == {arm: [(0, 16)] for arm in arms}
+    assert all(p.moved == 0 for a in arms.values() for p in a.within_load)
+    batch = {arm: [(p.batch_size, p.moved) for p in a.batch_size] for arm, a in arms.items()}
+    assert batch == {"baseline": [(8, 3), (8, 4)], "batch_invariant": [(8, 0), (8, 0)],
+                     "eager": [(8, 0), (8, 0)], "batch_invariant+eager": [(8, 14), (8, 13)]}
+    # stock's batch drift is located at the 128-token boundary; the eager pair's from the
+    # first positions, at no common one
+    for pair in arms["baseline"].batch_size:
+        assert pair.first_moved is not None and pair.first_moved.min == 128
+    for pair in arms["batch_invariant+eager"].batch_size:
+        first = pair.first_moved
+        assert first is not None and first.from_start == 0
+        assert (first.min, first.max) == (1, 23)
+    moved = {arm: {(c.kind, c.length) for c in a.concurrency.table.cells
+                   if (c.distinct or 0) > 1}
+             for arm, a in arms.items() if a.concurrency is not None}
+    assert moved == {"baseline": {("score", 512), ("score", 2048), ("generate", 2048)},
+                     "batch_invariant": set(), "batch_invariant+eager": set(),
+                     "eager": {("score", 2048), ("generate", 2048)}}
+    ops = {arm: {line.split("IrOpPriorityConfig(")[1] for line in
+                 (run / "logs" / f"{arm}-load1.log").read_text().splitlines()
+                 if "Final IR op priority" in line} for arm in arms}
+    assert ops["eager"] == ops["batch_invariant+eager"] == {
+        "rms_norm=['vllm_c', 'native'], fused_add_rms_norm=['vllm_c', 'native'])"}
+    assert ops["baseline"] == ops["batch_invariant"] == {
+        "rms_norm=['native'], fused_add_rms_norm=['native'])"}
+    factors = summary.factors
+    assert factors is not None and (factors.ship.arm, factors.ship.meets) == (
+        "batch_invariant", True)
+    (invariant,) = [c for c in summary.comparisons if c.arm == "batch_invariant"]
+    decode = {(c.prompt_tokens, c.concurrency): c for c in invariant.speed
+              if c.metric == "decode_tok_s"}
+    assert decode[4096, 1].verdict == "cost" and decode[512, 1].verdict == "within noise"
+    assert round(decode[4096, 1].mean_b / decode[4096, 1].mean_a - 1, 3) == -0.321
+    for arm in arms:
+        survival = summary.costs[arm].survival
+        assert survival is not None and survival.largest_ok_length["1"] == 8191
+        reuse = prefix_of(summary, arm)
+        assert reuse is not None and reuse.later_cached_tokens == 2048
+    # stock's and eager's batch-1 scores are the numbers of the earlier vLLM bundles
+    earlier = _committed("h200-vllm-eager", tmp_path / "earlier")
+    for arm in ("baseline", "eager"):
+        scores = _batch1_scores(run, arm)
+        assert scores[1] == scores[2] == _batch1_scores(earlier, arm)[1]
+
+
 def _made_by_the_script(run: Path, example: str, tmp_path: Path) -> None:
     """The bundle's locked plan is the example as scripts/cpu_combined.py runs it."""
     from scripts.cpu_combined import again, variants
