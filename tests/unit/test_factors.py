@@ -347,7 +347,7 @@ def test_one_load_per_arm_leaves_drift_across_loads_unmeasured(
     assert ship.unmeasured == ["across loads"]
     assert (ship.arm, ship.meets) == ("baseline", True)
     first = ship_words.ship_lines(summary)[0]
-    assert "bit-identical within a load and under concurrency (across cold loads: not " \
+    assert "bit-identical within a load and across batch sizes and concurrency levels (across cold loads: not " \
         "measured;" in first
 
 

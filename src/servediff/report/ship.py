@@ -30,7 +30,8 @@ from servediff.report.words import (
 )
 
 REGIME_WORDS = {"across loads": "across cold loads", "within a load": "within a load",
-                "concurrency": "under concurrency"}
+                # the regime is batch composition: the scoring batch and concurrent requests
+                "concurrency": "across batch sizes and concurrency levels"}
 
 
 def criterion_text(ship: Ship) -> str:
@@ -44,7 +45,8 @@ def regime_text(r: RegimeDrift) -> str:
     where = REGIME_WORDS[r.regime]
     if r.reproducible is None:
         return f"{where}: not measured"
-    unit = "drifting groups" if r.regime == "concurrency" else "texts moved"
+    # batch pairs count moved texts, the concurrency grid drifting groups
+    unit = "texts moved or groups drifting" if r.regime == "concurrency" else "texts moved"
     count = f"{r.moved} of {r.of}" if r.of is not None else f"{r.moved}"
     return f"{where}: {count} {unit}" if not r.reproducible else f"{where}: identical"
 
