@@ -347,8 +347,8 @@ def test_one_load_per_arm_leaves_drift_across_loads_unmeasured(
     assert ship.unmeasured == ["across loads"]
     assert (ship.arm, ship.meets) == ("baseline", True)
     first = ship_words.ship_lines(summary)[0]
-    assert "bit-identical within a load and across batch sizes and concurrency levels (across cold loads: not " \
-        "measured;" in first
+    assert ("bit-identical within a load and across batch sizes and concurrency levels "
+            "(across cold loads: not measured;") in first
 
 
 def test_a_four_arm_run_reads_at_80_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
