@@ -6,8 +6,10 @@ and kept as a bundle of its own (locked plan, raw rows, report). Its property is
 from that bundle: the per-text scores of its first load, compared with the good end's
 (`scores`; a text moved as the plan's threshold says), or whether the engine started
 (`starts`). `bisection.bisect` chooses the builds; `<out>/bisect.json` holds the answer
-and every step. A step whose bundle is complete is read again, not measured again, so a
-bisection interrupted resumes with the same command.
+and every step, and, where it found a flip, which files of the engine's source changed
+between the two builds around it (`<out>/flip.diff`: the diff of those that matter). A
+step whose bundle is complete is read again, not measured again, so a bisection
+interrupted resumes with the same command.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from servediff.context import Observer
 from servediff.corpus import Corpus
 from servediff.derived import write_derived
 from servediff.engines import registry
-from servediff.engines.builds import BuildFailed
+from servediff.engines.builds import BuildFailed, BuildSource
 from servediff.errors import InputError
 from servediff.plan import Plan, read_plan_file, resolve_plan
 from servediff.runner import Runner
+from servediff.sourcediff import changes_text, compare_trees
 
 Property = Literal["scores", "starts"]
 PROPERTIES: dict[str, str] = {
@@ -142,5 +145,25 @@ def run_bisection(path: Path, good: str, bad: str, prop: Property, root: Path,
                                                   "outcome": "running"})
 
     found = bisect(builds, prop, judge, progress)
+    if found.outcome == "found" and found.last_good and found.first_bad:
+        found = with_changes(found, judge.source, root, say)
     atomic.write_json(root / "bisect.json", found.model_dump(mode="json"))
     return found
+
+
+def with_changes(found: Bisection, source: BuildSource, root: Path,
+                 say: Callable[[str], None]) -> Bisection:
+    """`found` with what changed in the engine's source from its last good build to its
+    first bad one; the diff of the files that matter goes to `<root>/flip.diff`."""
+    assert found.last_good and found.first_bad
+    say(f"what changed from build {found.last_good} to {found.first_bad}: getting both "
+        "sources")
+    try:
+        a, b = source.source(found.last_good), source.source(found.first_bad)
+    except BuildFailed as exc:
+        return found.model_copy(update={"changes_why": f"no source diff: {exc}"})
+    changes, text = compare_trees(a, b, found.last_good, found.first_bad)
+    atomic.write_text(root / "flip.diff", text)
+    changes = changes.model_copy(update={"diff": "flip.diff"})
+    say(changes_text(changes))
+    return found.model_copy(update={"changes": changes})

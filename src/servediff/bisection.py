@@ -19,6 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from servediff.sourcediff import SourceChanges
+
 Verdict = Literal["good", "bad", "skip"]
 
 
@@ -40,7 +42,8 @@ class Bisection(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: int = 1
+    # 2: the source changes at the flip (changes, changes_why)
+    schema_version: int = 2
     property: str
     builds: list[str]
     steps: list[Step]
@@ -53,6 +56,10 @@ class Bisection(BaseModel):
     # or first_bad
     between: list[str] = []
     why: str = ""
+    # what changed in the engine's source from last_good to first_bad (None: not found,
+    # or the sources could not be had: `changes_why` says why)
+    changes: SourceChanges | None = None
+    changes_why: str = ""
 
 
 def bisect(builds: Sequence[str], prop: str, judge: Callable[[str], Step],

@@ -12,7 +12,10 @@ import argparse
 import json
 import os
 import sys
+import tempfile
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, ClassVar
 
 from servediff.engines.base import Capability, EngineInfo
@@ -27,19 +30,31 @@ ENTRY = "tests.engines.toy:ToyAdapter"
 class ToyBuilds:
     """The toy engine's builds 1 to 99 (`servediff bisect`): from build TOY_FLIP on, its
     server adds 0.001 to every logprob (a kernel changed between two builds); the builds
-    in TOY_BROKEN (comma-separated) fail to build."""
+    in TOY_BROKEN (comma-separated) fail to build; TOY_SLOW: seconds each request waits."""
 
     def between(self, good: str, bad: str) -> list[str]:
         if not (good.isdigit() and bad.isdigit() and 1 <= int(good) < int(bad) <= 99):
             raise InputError(f"toy builds are 1 to 99, good before bad; got {good}, {bad}")
         return [str(n) for n in range(int(good), int(bad) + 1)]
 
+    def source(self, build: str) -> Path:
+        """A toy source tree: a README naming the build, and the kernel's offset."""
+        tree = Path(tempfile.gettempdir()) / f"servediff-toy-{os.getpid()}" / build
+        tree.mkdir(parents=True, exist_ok=True)
+        (tree / "README.md").write_text(f"toy engine, build {build}\n")
+        (tree / "src").mkdir(exist_ok=True)
+        (tree / "src" / "kernel.c").write_text(
+            f"float offset = {self._offset(build)};\nfloat scale = 1;\n")
+        return tree
+
+    def _offset(self, build: str) -> str:
+        return "0.001" if int(build) >= int(os.environ.get("TOY_FLIP", "100")) else "0"
+
     def command(self, build: str) -> list[str]:
         if build in os.environ.get("TOY_BROKEN", "").split(","):
             raise BuildFailed(f"build {build}: the toy compiler failed")
-        shifted = int(build) >= int(os.environ.get("TOY_FLIP", "100"))
-        return [*ToyAdapter.default_command, "--build", build,
-                "--offset", "0.001" if shifted else "0"]
+        return [*ToyAdapter.default_command, "--build", build, "--offset", self._offset(build),
+                "--slow", os.environ.get("TOY_SLOW", "0")]
 
 
 class ToyAdapter(CompletionsAdapter):
@@ -73,6 +88,8 @@ def main() -> None:
     parser.add_argument("--build", default="1")
     # added to every logprob it gives (a build whose kernels compute otherwise)
     parser.add_argument("--offset", type=float, default=0.0)
+    # seconds each POST waits before its answer (a slow engine, to interrupt mid-cell)
+    parser.add_argument("--slow", type=float, default=0.0)
     # an engine adapter's own flags (the embedded engine's, when a plan launches this
     # server in its place) are taken and ignored
     # every other tokenization of this text comes back with one more token (an engine
@@ -107,6 +124,7 @@ def main() -> None:
             self._reply({})
 
         def do_POST(self) -> None:
+            time.sleep(args.slow)
             self._reply(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
 
     ThreadingHTTPServer((args.host, args.port), Handler).serve_forever()

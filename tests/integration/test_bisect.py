@@ -5,6 +5,11 @@ without a flip refused with the reason."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,10 +73,21 @@ def test_the_first_build_whose_scores_differ_is_found(tmp_path: Path,
             launch.command
         assert (run / "report.md").exists()
         assert_all_stopped(run)
+    # what changed in the source from 4 to 6: the kernel, and the README, which cannot
+    # change a number and is left out of the diff
+    changes = found["changes"]
+    assert [(f["path"], f["matters"]) for f in changes["files"]] == [
+        ("README.md", False), ("src/kernel.c", True)]
+    diff = (out / "flip.diff").read_text()
+    assert "-float offset = 0;\n+float offset = 0.001;" in diff and "README" not in diff
     printed = capsys.readouterr()
+    assert "4 to 6: 2 files changed, 1 of them source that can change a served number: " \
+        "src/kernel.c (+1 -1)" in printed.out
     assert "build 6 is the first" not in printed.out  # 5 could not be measured
     assert "one of 5 (not measurable) or 6" in printed.out
     assert "[step 1] build 1: good" in printed.err
+    # each build's run counts its own loads (it was "load 2 of 1" at the second build)
+    assert "load 2 of 1" not in printed.err and "load 1 of 1" in printed.err
     # the same command again reads every step's bundle and measures nothing
     assert bisect(out.parent / "toy.toml", out) == 0
     assert json.loads((out / "bisect.json").read_text())["first_bad"] == "6"
@@ -87,6 +103,37 @@ def test_a_range_without_a_flip_is_refused_with_the_reason(tmp_path: Path,
     found = json.loads((out / "bisect.json").read_text())
     assert found["outcome"] == "no flip" and len(found["steps"]) == 2
     assert "the bad end, build 9, is good" in capsys.readouterr().out
+
+
+def test_an_interrupt_stops_the_step_s_engine_and_a_rerun_resumes(tmp_path: Path):
+    """Ctrl-C or kill mid-step, with SIGINT ignored as a shell's background job has it:
+    the engine is stopped and recorded, the command ends with 130, and the same command
+    goes on from the steps kept."""
+    plan = toy_plan(tmp_path)
+    register = ("import sys; from servediff.engines import registry; "
+                "registry.ENGINES['toy'] = 'tests.engines.toy:ToyAdapter'; "
+                "from servediff.cli import main; main(sys.argv[1:])")
+    args = [sys.executable, "-c", register, "bisect", str(plan), "--good", "1", "--bad", "9",
+            "--out", str(tmp_path / "bisect")]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'src'}", "TOY_FLIP": "6",
+           "TOY_SLOW": "0.5"}
+    record = tmp_path / "bisect" / "steps" / "1" / "loads" / "build_1-load1.json"
+    with subprocess.Popen(args, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)
+                          ) as proc:
+        deadline = time.monotonic() + 300
+        while not record.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "to resume" in err and "Traceback" not in err
+    assert_all_stopped(tmp_path / "bisect" / "steps" / "1")
+    done = subprocess.run(args, cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "bisect" / "bisect.json").read_text())["first_bad"] == "6"
 
 
 def test_llama_cpp_s_cached_build_is_served_by_its_build_source(llama_server: Path):

@@ -11,6 +11,8 @@ import click
 from servediff.bisecting import PROPERTIES, Property, run_bisection
 from servediff.cli.console import err, out
 from servediff.cli.progress import RichObserver
+from servediff.cli.signals import interruptible
+from servediff.sourcediff import changes_text
 
 
 @click.command(epilog="Example: servediff bisect plan.toml --good 11393 --bad 11434 "
@@ -28,14 +30,25 @@ def bisect(plan: Path, good: str, bad: str, prop: Property, out_dir: Path | None
     """Measure builds of PLAN's engine between GOOD and BAD as its first arm, and find the
     first whose property differs from GOOD's. Exit 0: found; 1: the ends do not flip."""
     root = out_dir or Path("runs") / f"bisect-{time.strftime('%Y%m%d-%H%M%S')}"
-    with RichObserver() as observer:
-        found = run_bisection(plan, good, bad, prop, root,
-                              observer, lambda line: err.print(line, markup=False, highlight=False))
+    interruptible()
+    try:
+        with RichObserver() as observer:
+            found = run_bisection(plan, good, bad, prop, root, observer,
+                                  lambda line: err.print(line, markup=False, highlight=False))
+    except KeyboardInterrupt:
+        err.print(f"interrupted: each measured step is kept in {root}; run the same command "
+                  "to resume", markup=False, highlight=False)
+        raise SystemExit(130) from None
     out.print(found.why, markup=False, highlight=False)
     for step in found.steps:
         out.print(f"- build {step.build}: {step.verdict}: {step.why}"
                   + (f" [{step.bundle}]" if step.bundle else ""), markup=False,
                   highlight=False)
+    if found.changes is not None:
+        out.print(f"what changed in the source, {changes_text(found.changes)}; the diff: "
+                  f"{root / (found.changes.diff or '')}", markup=False, highlight=False)
+    elif found.changes_why:
+        out.print(found.changes_why, markup=False, highlight=False)
     out.print(f"bisect.json and each step's bundle: {root}", markup=False, highlight=False)
     if found.outcome != "found":
         raise SystemExit(1)

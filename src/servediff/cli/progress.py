@@ -53,7 +53,9 @@ class RichObserver:
         self.progress.stop()
 
     def run_starting(self, loads: int, cells: int) -> None:
+        # a run of its own: `servediff bisect` runs one per build with one observer
         self.loads, self.cells, self.started = loads, cells, time.monotonic()
+        self.load_no = self.cells_done = 0
         self.say(f"{loads} loads and {cells} cells to measure")
         if not self.plain:
             self._overall = self.progress.add_task(f"whole run: {self.position()}", total=cells)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from importlib import resources
@@ -16,6 +15,7 @@ from servediff import sequential
 from servediff.bundle import Layout, as_run, read_evidence, read_lock
 from servediff.cli.console import err, out
 from servediff.cli.progress import RichObserver
+from servediff.cli.signals import interruptible
 from servediff.corpus import Corpus
 from servediff.errors import InputError
 from servediff.estimate import Rates, describe, duration, estimate, shape_lines
@@ -38,11 +38,6 @@ if TYPE_CHECKING:
 
 def _default_out(name: str) -> Path:
     return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    # `kill` is handled like Ctrl-C: the engine is stopped and recorded first.
-    raise KeyboardInterrupt
 
 
 # The exit status of a run that ended with planned cells unmeasured (a load given up).
@@ -164,10 +159,7 @@ def execute(plan_source: Path | None, out_dir: Path | None, yes: bool = False,
              measured)
     err.print(f"run directory: {root}  (run the same command with --out {root} to resume)")
     t0 = time.monotonic()
-    signal.signal(signal.SIGTERM, _interrupt)
-    # Explicitly, too: a shell that starts a command in the background hands it SIGINT
-    # ignored, and Python then leaves it ignored; an interrupt must still stop and record.
-    signal.signal(signal.SIGINT, _interrupt)
+    interruptible()
     # The analysis and the reports (scipy, matplotlib: seconds of imports) are loaded when
     # the first drift table is due, not before the first engine starts.
     try:

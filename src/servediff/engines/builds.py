@@ -5,11 +5,13 @@ An adapter that can name its builds returns a `BuildSource` from `EngineAdapter.
 numbers them, and for one build the launch command that serves it, built or installed
 into a cache keyed by the build, so that the next bisection reuses it. A build that fails
 to build or install raises `BuildFailed`: the bisection skips it and names it, as
-`git bisect skip` does.
+`git bisect skip` does. `source` gives a build's source tree, so that the answer can show
+what changed between the last good build and the first bad one.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 from servediff.errors import ServediffError
@@ -28,4 +30,9 @@ class BuildSource(Protocol):
     def command(self, build: str) -> list[str]:
         """The launch command template ({model}, {host}, {port}) that serves `build`, once
         it is built or installed; raises BuildFailed."""
+        ...
+
+    def source(self, build: str) -> Path:
+        """`build`'s source tree, unpacked once into the cache; raises BuildFailed where
+        it cannot be had."""
         ...

