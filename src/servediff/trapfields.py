@@ -13,7 +13,9 @@ engine build differs from the baseline's and whose drift or cost differs, the bu
 it appears (BROKEN_PIN) and the build where the same probe no longer shows it
 (KNOWN_GOOD_PIN, a tested known-good pin: servediff compares two builds, it does not
 bisect to the first good one, and it does not know the change between them: FIXED_BY is
-UNKNOWN).
+UNKNOWN). A bisection's chain (`bisected_chain`) knows more: its first bad build is the
+breaking build (FIXED_BY names it, and the last good build before it), and its two
+bundles are the repros on each pin.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ class PinChain(BaseModel):
     FIXED_BY: str
     KNOWN_GOOD_PIN: str
     REPRO_AFTER: Repro
+    # a bisection's chain: the evidence sha256 of the bundles measured on each pin
+    repro_before_evidence: str | None = None
+    repro_after_evidence: str | None = None
 
 
 def _sorted(values: set[str]) -> list[str]:
@@ -162,3 +167,21 @@ def pin_chains(evidence: Evidence, summary: Summary) -> list[PinChain]:
                                    FIXED_BY="UNKNOWN", KNOWN_GOOD_PIN=built[good],
                                    REPRO_AFTER="PASS"))
     return chains
+
+
+def bisected_chain(finding: str, good: Evidence, bad: Evidence, last_good: str,
+                   first_bad: str, between: list[str], engine: str,
+                   hashes: tuple[str, str]) -> PinChain:
+    """A bisection's pins: the first bad build broken, the last good build before it the
+    known-good pin, each measured by its own bundle (`hashes`: their evidence sha256, bad
+    then good); FIXED_BY names the breaking build, commits between builds untested."""
+    skipped = (f"; or one of {', '.join(between)}, which could not be measured" if between
+               else "")
+    return PinChain(
+        finding=finding, broken_arm=f"build {first_bad}", good_arm=f"build {last_good}",
+        BROKEN_PIN=" | ".join(builds(bad).values()) or first_bad, REPRO_BEFORE="PASS",
+        FIXED_BY=(f"the breaking build: {engine} build {first_bad}, the first after build "
+                  f"{last_good}{skipped} (bisected over builds; the commits between the two "
+                  "were not bisected)"),
+        KNOWN_GOOD_PIN=" | ".join(builds(good).values()) or last_good, REPRO_AFTER="PASS",
+        repro_before_evidence=hashes[0], repro_after_evidence=hashes[1])

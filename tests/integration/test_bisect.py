@@ -91,6 +91,24 @@ def test_the_first_build_whose_scores_differ_is_found(tmp_path: Path,
     # the same command again reads every step's bundle and measures nothing
     assert bisect(out.parent / "toy.toml", out) == 0
     assert json.loads((out / "bisect.json").read_text())["first_bad"] == "6"
+    # the packet of the bisection: build 6's bundle is the repro, and the pin chain comes
+    # from the bisection, in servediff's packet and in the registry's words
+    with pytest.raises(SystemExit) as ended:
+        main(["export", str(out), "--packet"])
+    assert ended.value.code in (0, None)
+    packet = json.loads((tmp_path / "bisect.packet.json").read_text())
+    (chain,) = packet["pin_chain"]
+    assert (chain["broken_arm"], chain["good_arm"]) == ("build 6", "build 4")
+    assert "build=6" in chain["BROKEN_PIN"] and "build=4" in chain["KNOWN_GOOD_PIN"]
+    assert chain["FIXED_BY"].startswith("the breaking build: toy build 6, the first after "
+                                        "build 4; or one of 5, which could not be measured")
+    assert chain["repro_before_evidence"] == packet["claim"]["evidence_sha256"]
+    assert chain["repro_after_evidence"] not in (None, chain["repro_before_evidence"])
+    assert packet["claim"]["text"].startswith("toy build 6 is the first build whose per-text "
+                                              "scores differ from build 1's: 2 of 2 texts "
+                                              "moved")
+    filed = json.loads((tmp_path / "bisect.registry-packet.json").read_text())
+    assert "FIXED_BY=the breaking build: toy build 6" in json.dumps(filed)
 
 
 def test_a_range_without_a_flip_is_refused_with_the_reason(tmp_path: Path,

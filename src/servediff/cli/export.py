@@ -11,6 +11,7 @@ from servediff.bundle import verify
 from servediff.cli.console import out
 from servediff.derived import write_derived
 from servediff.errors import InputError
+from servediff.packet.bisected import BISECT_FILE, bisection_packet
 from servediff.packet.evidence import build
 from servediff.packet.registry import registry_packet
 
@@ -25,14 +26,19 @@ from servediff.packet.registry import registry_packet
 @click.option("--out", "out_path", type=click.Path(path_type=Path, dir_okay=False),
               help="where to write it (default: next to RUN, <RUN>.packet.json)")
 def export(run_dir: Path, packet: bool, revision: str | None, out_path: Path | None) -> None:
-    """Export RUN for filing: every artifact hashed, scrubbed, validated against the schema."""
-    verify(run_dir)
-    summary = write_derived(run_dir)
+    """Export RUN for filing: every artifact hashed, scrubbed, validated against the schema.
+    RUN may be a bisection's folder (servediff bisect --out): its first bad build's bundle
+    is the repro, and the pin chain comes from the bisection."""
     path = out_path or run_dir.resolve().parent / f"{run_dir.resolve().name}.packet.json"
     if run_dir.resolve() in path.resolve().parents:
         raise InputError(f"--out {path}: inside the run directory; the packet hashes that "
                          "directory, so write it elsewhere")
-    written = build(run_dir, summary, revision)
+    if (run_dir / BISECT_FILE).exists():
+        written, run_dir, summary = bisection_packet(run_dir, revision)
+    else:
+        verify(run_dir)
+        summary = write_derived(run_dir)
+        written = build(run_dir, summary, revision)
     atomic.write_json(path, written.model_dump(mode="json"))
     out.print(f"evidence packet: {path}")
     # the same, in the shape the trap registry accepts (its schema has no place for the

@@ -267,7 +267,10 @@ INCOMPLETE = ("loads missing", "sweep points missing")
 HOSTS = ("hostname", "ipv4 address", "ipv6 address", "user@host", "bucket", "repository")
 
 
-def build(root: Path, summary: Summary, given_revision: str | None) -> EvidencePacket:
+def build(root: Path, summary: Summary, given_revision: str | None,
+          pins: list[PinChain] | None = None, claimed: str | None = None) -> EvidencePacket:
+    """The packet of the run at `root`; `pins` and `claimed`: a bisection's pin chain and
+    claim, in place of those read from the run's own arms."""
     evidence = read_evidence(root)
     plan = evidence.plan
     weights = {k: v for rec in evidence.loads for launch in rec.launches
@@ -282,9 +285,9 @@ def build(root: Path, summary: Summary, given_revision: str | None) -> EvidenceP
     evidence_hash = evidence_sha256(root)
     setup = summary.setup
     pairs = summary.verdict.pairs
-    claim = (" ".join(words.headline(p) + "." for p in pairs) if pairs else
-             "; ".join(f"`{arm}`: {words.signature_text(a.signature)}"
-                       for arm, a in summary.arms.items()))
+    claim = claimed or (" ".join(words.headline(p) + "." for p in pairs) if pairs else
+                        "; ".join(f"`{arm}`: {words.signature_text(a.signature)}"
+                                  for arm, a in summary.arms.items()))
     packet = EvidencePacket(
         packet_id=f"sdp-{evidence_hash[:16]}", experiment_id=summary.plan_sha256[:16],
         created_at=_iso(max(ends) if ends else 0.0),
@@ -310,7 +313,7 @@ def build(root: Path, summary: Summary, given_revision: str | None) -> EvidenceP
                           rederive_command="servediff verify RUN && servediff rederive RUN",
                           evidence_sha256=evidence_hash),
         applicability=applicability(evidence, summary),
-        pin_chain=pin_chains(evidence, summary))
+        pin_chain=pin_chains(evidence, summary) if pins is None else pins)
     tree, counts = scrub_tree(packet.model_dump(mode="json", exclude={"sanitization"}),
                               policy=policy(plan.scrub.allow_hosts, plan.scrub.deny_hosts))
     kinds = dict(counts)

@@ -1,0 +1,53 @@
+"""The packet of a bisection: the first bad build's bundle as the repro, and the pin chain
+from the bisection (the last good build the known-good pin, the first bad build the
+breaking one), each pin with the evidence sha256 of its own bundle."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from servediff.analysis.findings import Summary
+from servediff.bisection import Bisection
+from servediff.bundle import evidence_sha256, read_evidence, verify
+from servediff.derived import write_derived
+from servediff.errors import InputError
+from servediff.packet.evidence import EvidencePacket, build
+from servediff.trapfields import bisected_chain
+
+BISECT_FILE = "bisect.json"
+
+
+def read_bisection(root: Path) -> Bisection:
+    path = root / BISECT_FILE
+    try:
+        return Bisection.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, ValidationError) as exc:
+        raise InputError(f"{path}: not a bisection servediff wrote ({exc})") from None
+
+
+def bisection_packet(root: Path, revision: str | None
+                     ) -> tuple[EvidencePacket, Path, Summary]:
+    """The packet of the bisection in `root`, the repro bundle it hashes, and its summary."""
+    found = read_bisection(root)
+    steps = {s.build: s for s in found.steps}
+    if found.outcome != "found" or not (found.last_good and found.first_bad):
+        raise InputError(f"{root / BISECT_FILE}: the bisection found no flip ({found.why}); "
+                         "a packet needs a first bad build")
+    bad, good = steps[found.first_bad], steps[found.last_good]
+    if bad.bundle is None or good.bundle is None:
+        raise InputError(f"{root / BISECT_FILE}: the builds around the flip have no bundle")
+    runs = root / bad.bundle, root / good.bundle
+    for run in runs:
+        verify(run)
+    summary = write_derived(runs[0])
+    engine = read_evidence(runs[0]).plan.engine
+    finding = f"per-text scores differ from build {found.builds[0]}'s: {bad.why}"
+    chain = bisected_chain(finding, read_evidence(runs[1]), read_evidence(runs[0]),
+                           found.last_good, found.first_bad, found.between, engine,
+                           (evidence_sha256(runs[0]), evidence_sha256(runs[1])))
+    claim = (f"{engine} build {found.first_bad} is the first build whose {finding} "
+             f"{found.why}")
+    return build(runs[0], summary, revision, [chain], claim), runs[0], summary
