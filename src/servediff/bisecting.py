@@ -3,9 +3,8 @@
 A step is the user's plan with one arm, its first, served by the build's command (the
 engine adapter's `BuildSource`), run by the ordinary runner into `<out>/steps/<build>`
 and kept as a bundle of its own (locked plan, raw rows, report). Its property is read
-from that bundle: the per-text scores of its first load, compared with the good end's
-(`scores`; a text moved as the plan's threshold says), or whether the engine started
-(`starts`). `bisection.bisect` chooses the builds; `<out>/bisect.json` holds the answer
+from that bundle (bisect_verdicts.py): the per-text scores of its first load, compared
+with the good end's (`scores`), or whether the engine started (`starts`). `bisection.bisect` chooses the builds; `<out>/bisect.json` holds the answer
 and every step, and, where it found a flip, which files of the engine's source changed
 between the two builds around it (`<out>/flip.diff`: the diff of those that matter). A
 step whose bundle is complete is read again, not measured again, so a bisection
@@ -18,13 +17,13 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from servediff import atomic
-from servediff.analysis.compare import TextScore, compare
-from servediff.analysis.drift import did_not_start, scores_of
-from servediff.bisection import Bisection, Step, bisect
-from servediff.bundle import Evidence, read_evidence
+from servediff.analysis.compare import TextScore
+from servediff.bisect_verdicts import PROPERTIES, Property, judged
+from servediff.bisection import BISECT_FILE, Bisection, Step, bisect
+from servediff.bundle import read_evidence
 from servediff.context import Observer
 from servediff.corpus import Corpus
 from servediff.derived import write_derived
@@ -35,11 +34,6 @@ from servediff.plan import Plan, read_plan_file, resolve_plan
 from servediff.runner import Runner
 from servediff.sourcediff import changes_text, compare_trees
 
-Property = Literal["scores", "starts"]
-PROPERTIES: dict[str, str] = {
-    "scores": "per-text scores (the first load's score pass, against the good end's)",
-    "starts": "whether the engine starts",
-}
 # what a step's plan keeps of the user's plan: everything but how arms are made
 ARM_TABLES = ("arms", "factors", "design", "comparisons", "ship", "confirmation",
               "cost_loads")
@@ -56,21 +50,6 @@ def step_plan(raw: dict[str, Any], plan: Plan, build: str, command: list[str], s
     step = {k: v for k, v in raw.items() if k not in ARM_TABLES}
     step["arms"] = {"build_" + re.sub(r"[^A-Za-z0-9_.]", "_", build)[:34]: arm}
     return resolve_plan(step, f"{source} (build {build})", base)
-
-
-def first_scores(evidence: Evidence) -> dict[str, TextScore]:
-    """The scores of a step's first load's score pass (none: it gave none)."""
-    cells = sorted((c for c in evidence.cells if c.probe == "score"), key=lambda c: c.load)
-    return scores_of(cells[0]) if cells else {}
-
-
-def started(evidence: Evidence) -> tuple[bool, str]:
-    """Whether a step's engine started, and the engine's refusal where it did not."""
-    refused = did_not_start(evidence)
-    if refused:
-        return False, f"the engine did not start: {refused[0].message}"
-    ready = any(x.seconds_to_ready is not None for rec in evidence.loads for x in rec.launches)
-    return ready, "it started" if ready else "no launch became ready"
 
 
 class Judge:
@@ -104,25 +83,9 @@ class Judge:
         write_derived(root)
         bundle = str(root.relative_to(self.root))
         evidence = read_evidence(root)  # once: both properties read the same bundle
-        up, why = started(evidence)
-        if self.prop == "starts":
-            return Step(build=build, verdict="good" if up else "bad", why=why, bundle=bundle)
-        scores = first_scores(evidence)
-        if not scores:
-            return Step(build=build, verdict="skip", why=f"no scores to compare: {why}",
-                        bundle=bundle)
-        if self.reference is None:  # the good end, measured first
-            self.reference = scores
-            return Step(build=build, verdict="good", why=f"the reference: {len(scores)} texts "
-                        "scored", bundle=bundle)
-        found = compare(self.reference, scores, self.plan.thresholds.moved_abs_nll)
-        if found.moved or found.ids_differ:
-            why = (f"{found.moved} of {found.compared} texts moved (max |dNLL| "
-                   f"{found.max_abs_delta:.3g} on {found.max_tag})" if found.moved else
-                   f"{len(found.ids_differ)} texts tokenized otherwise")
-            return Step(build=build, verdict="bad", why=why, bundle=bundle)
-        return Step(build=build, verdict="good", why=f"0 of {found.compared} texts moved",
-                    bundle=bundle)
+        verdict, why, self.reference = judged(evidence, self.prop, self.reference,
+                                              self.plan.thresholds.moved_abs_nll)
+        return Step(build=build, verdict=verdict, why=why, bundle=bundle)
 
 
 def run_bisection(path: Path, good: str, bad: str, prop: Property, root: Path,
@@ -140,14 +103,14 @@ def run_bisection(path: Path, good: str, bad: str, prop: Property, root: Path,
         steps.append(step)
         say(f"[step {len(steps)}] build {step.build}: {step.verdict} ({step.why}); about "
             f"{left} more to measure")
-        atomic.write_json(root / "bisect.json", {"property": prop, "builds": builds,
+        atomic.write_json(root / BISECT_FILE, {"property": prop, "builds": builds,
                                                   "steps": [s.model_dump() for s in steps],
                                                   "outcome": "running"})
 
     found = bisect(builds, prop, judge, progress)
     if found.outcome == "found" and found.last_good and found.first_bad:
         found = with_changes(found, judge.source, root, say)
-    atomic.write_json(root / "bisect.json", found.model_dump(mode="json"))
+    atomic.write_json(root / BISECT_FILE, found.model_dump(mode="json"))
     return found
 
 

@@ -15,10 +15,12 @@ commits between two builds are the user's to bisect, and the answer says so.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from servediff.errors import InputError
 from servediff.sourcediff import SourceChanges
 
 Verdict = Literal["good", "bad", "skip"]
@@ -114,3 +116,15 @@ def _left(lo: int, hi: int, verdicts: dict[int, Verdict]) -> int:
     """About how many more builds a bisection of (lo, hi) measures: log2 of the range."""
     untested = sum(1 for i in range(lo + 1, hi) if i not in verdicts)
     return untested.bit_length()
+
+
+BISECT_FILE = "bisect.json"
+
+
+def read_bisection(root: Path) -> Bisection:
+    """The bisection `servediff bisect` wrote into `root` (its bisect.json)."""
+    path = root / BISECT_FILE
+    try:
+        return Bisection.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: not a bisection servediff wrote ({exc})") from None

@@ -109,6 +109,19 @@ def test_the_first_build_whose_scores_differ_is_found(tmp_path: Path,
                                               "moved")
     filed = json.loads((tmp_path / "bisect.registry-packet.json").read_text())
     assert "FIXED_BY=the breaking build: toy build 6" in json.dumps(filed)
+    # the answer re-derives from the steps' bundles; a verdict changed by hand does not
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as ended:
+        main(["rederive", str(out)])
+    assert ended.value.code in (0, None)
+    assert "judged again from its bundles, equal bisect.json" in capsys.readouterr().err
+    tampered = json.loads((out / "bisect.json").read_text())
+    tampered["steps"][1]["verdict"] = "good"
+    (out / "bisect.json").write_text(json.dumps(tampered))
+    with pytest.raises(SystemExit) as ended:
+        main(["rederive", str(out)])
+    assert ended.value.code == 1
+    assert "step 9: good (" in capsys.readouterr().err
 
 
 def test_a_range_without_a_flip_is_refused_with_the_reason(tmp_path: Path,

@@ -8,7 +8,8 @@ from typing import get_args
 
 import click
 
-from servediff.bisecting import PROPERTIES, Property, run_bisection
+from servediff.bisect_verdicts import PROPERTIES, Property
+from servediff.bisecting import run_bisection
 from servediff.cli.console import err, out
 from servediff.cli.progress import RichObserver
 from servediff.cli.signals import interruptible

@@ -7,11 +7,12 @@ from pathlib import Path
 import click
 
 from servediff import atomic
+from servediff.bisection import BISECT_FILE
 from servediff.bundle import verify
 from servediff.cli.console import out
 from servediff.derived import write_derived
 from servediff.errors import InputError
-from servediff.packet.bisected import BISECT_FILE, bisection_packet
+from servediff.packet.bisected import bisection_packet
 from servediff.packet.evidence import build
 from servediff.packet.registry import registry_packet
 

@@ -4,28 +4,15 @@ breaking one), each pin with the evidence sha256 of its own bundle."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from servediff.analysis.findings import Summary
-from servediff.bisection import Bisection
+from servediff.bisection import BISECT_FILE, read_bisection
 from servediff.bundle import evidence_sha256, read_evidence, verify
 from servediff.derived import write_derived
 from servediff.errors import InputError
 from servediff.packet.evidence import EvidencePacket, build
 from servediff.trapfields import bisected_chain
-
-BISECT_FILE = "bisect.json"
-
-
-def read_bisection(root: Path) -> Bisection:
-    path = root / BISECT_FILE
-    try:
-        return Bisection.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, ValidationError) as exc:
-        raise InputError(f"{path}: not a bisection servediff wrote ({exc})") from None
 
 
 def bisection_packet(root: Path, revision: str | None
