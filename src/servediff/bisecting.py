@@ -4,11 +4,12 @@ A step is the user's plan with one arm, its first, served by the build's command
 engine adapter's `BuildSource`), run by the ordinary runner into `<out>/steps/<build>`
 and kept as a bundle of its own (locked plan, raw rows, report). Its property is read
 from that bundle (bisect_verdicts.py): the per-text scores of its first load, compared
-with the good end's (`scores`), or whether the engine started (`starts`). `bisection.bisect` chooses the builds; `<out>/bisect.json` holds the answer
-and every step, and, where it found a flip, which files of the engine's source changed
-between the two builds around it (`<out>/flip.diff`: the diff of those that matter). A
-step whose bundle is complete is read again, not measured again, so a bisection
-interrupted resumes with the same command.
+with the good end's (`scores`), or whether the engine started (`starts`).
+`bisection.bisect` chooses the builds; `<out>/bisect.json` holds the answer and every
+step, and, where it found a flip, which files of the engine's source changed between the
+two builds around it (`<out>/flip.diff`: the diff of those that matter). A step whose
+bundle is complete is read again, not measured again, so a bisection interrupted resumes
+with the same command.
 """
 
 from __future__ import annotations
