@@ -154,7 +154,7 @@ def test_the_gpu_scripts_plans_are_valid_plans(device: str, tmp_path: Path):
     fake = {k: Path(f"/models/{k}") for k in ("seed", "moe", "smollm2")}
     made = [*gpu_sglang.plans(device, fake, "flashinfer_cutlass"),
             *gpu_vllm.plans(device, fake["smollm2"])]
-    assert len(made) == 11
+    assert len(made) == 12
     for name, text in made:
         raw = tomllib.loads(text)
         assert raw["name"] == name
@@ -166,6 +166,14 @@ def test_the_gpu_scripts_plans_are_valid_plans(device: str, tmp_path: Path):
             assert plan.launch.env["PYTHONPATH"].startswith("/root/engines/")
             assert ":" not in plan.launch.env["PYTHONPATH"]
             assert "FLASHINFER_WORKSPACE_BASE" in plan.launch.keep_caches
+    # the whole signature plan in one lease: its 4 arms, 2 combined loads each, and
+    # torch.compile's cache shared between an arm's loads (fresh in h200-vllm-signature)
+    factorial = dict(made)["h200-vllm-factorial"]
+    plan = resolve_plan({**tomllib.loads(factorial), "model": "smollm2"}, "v.toml",
+                        tmp_path)[0]
+    assert list(plan.arms) == ["baseline", "batch_invariant", "eager", "batch_invariant+eager"]
+    assert (plan.launch.cache_policy, plan.loads_per_arm, plan.cost_loads_per_arm) == (
+        "shared", 2, 2)
     # the eager plan's drift part alone: its four drift loads and no cost part
     drift = dict(made)["h200-vllm-eager-drift"]
     plan = resolve_plan({**tomllib.loads(drift), "model": "smollm2"}, "d.toml", tmp_path)[0]
