@@ -775,6 +775,16 @@ def test_trained_smollm2_on_sglang_with_flashinfer_ships_deterministic(tmp_path:
     assert all(x.seconds_to_ready < 80 for x in later) and len(later) == 2
 
 
+def _every_arm_holds_the_context_and_reuses_the_prefix(summary: Summary) -> None:
+    """vLLM's 8,192 context: a single prompt of 8,191 tokens survives in every arm, and
+    2,048 tokens of the shared prefix are cached for the later requests."""
+    for arm in summary.arms:
+        survival = summary.costs[arm].survival
+        assert survival is not None and survival.largest_ok_length["1"] == 8191
+        reuse = prefix_of(summary, arm)
+        assert reuse is not None and reuse.later_cached_tokens == 2048
+
+
 def _vllm_cuda(name: str, tmp_path: Path) -> tuple[Path, Summary, Evidence, list[Launch]]:
     """A committed vLLM CUDA bundle: unpacked, on one machine, re-derived, served by the
     carried vllm-0.26.0 set; its evidence and the launches that got ready."""
@@ -873,11 +883,7 @@ def test_vllm_on_cuda_batch_invariance_across_loads_and_what_it_costs(tmp_path: 
               if c.metric == "decode_tok_s"}
     assert decode[512, 1].verdict == "cost" and decode[512, 8].verdict == "gain"
     assert round(decode[512, 1].mean_b / decode[512, 1].mean_a - 1, 3) == -0.203
-    for arm in arms:
-        survival = summary.costs[arm].survival
-        assert survival is not None and survival.largest_ok_length["1"] == 8191
-        reuse = prefix_of(summary, arm)
-        assert reuse is not None and reuse.later_cached_tokens == 2048
+    _every_arm_holds_the_context_and_reuses_the_prefix(summary)
 
 
 def _batch1_scores(run: Path, arm: str) -> dict[int, list[tuple[str, float]]]:
@@ -924,11 +930,7 @@ def test_vllm_on_cuda_enforce_eager_with_fresh_compile_caches(tmp_path: Path):
     # the pools differ by 0.2 %, and so do the requests they hold at once: no claim
     assert not [c for c in summary.verdict.pairs[0].claims
                 if claim_topic(c) == "capacity" and c.kind in ("cost", "gain")]
-    for arm in arms:
-        survival = summary.costs[arm].survival
-        assert survival is not None and survival.largest_ok_length["1"] == 8191
-        reuse = prefix_of(summary, arm)
-        assert reuse is not None and reuse.later_cached_tokens == 2048
+    _every_arm_holds_the_context_and_reuses_the_prefix(summary)
     # stock's scores at batch size 1 are one set of numbers in five cold loads over three
     # leases (torch.compile's cache fresh here and in h200-vllm-signature, shared in
     # h200-vllm-batch-invariant), and eager's one set in three
@@ -997,11 +999,7 @@ def test_vllm_on_cuda_four_arms_batch_invariance_breaks_under_enforce_eager(tmp_
               if c.metric == "decode_tok_s"}
     assert decode[4096, 1].verdict == "cost" and decode[512, 1].verdict == "within noise"
     assert round(decode[4096, 1].mean_b / decode[4096, 1].mean_a - 1, 3) == -0.321
-    for arm in arms:
-        survival = summary.costs[arm].survival
-        assert survival is not None and survival.largest_ok_length["1"] == 8191
-        reuse = prefix_of(summary, arm)
-        assert reuse is not None and reuse.later_cached_tokens == 2048
+    _every_arm_holds_the_context_and_reuses_the_prefix(summary)
     # stock's and eager's batch-1 scores are the numbers of the earlier vLLM bundles
     earlier = _committed("h200-vllm-eager", tmp_path / "earlier")
     for arm in ("baseline", "eager"):
