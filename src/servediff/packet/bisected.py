@@ -30,9 +30,10 @@ def bisection_packet(root: Path, revision: str | None
     for run in runs:
         verify(run)
     summary = write_derived(runs[0])
-    engine = read_evidence(runs[0]).plan.engine
+    broken = read_evidence(runs[0])
+    engine = broken.plan.engine
     finding = f"per-text scores differ from build {found.builds[0]}'s: {bad.why}"
-    chain = bisected_chain(finding, read_evidence(runs[1]), read_evidence(runs[0]),
+    chain = bisected_chain(finding, read_evidence(runs[1]), broken,
                            found.last_good, found.first_bad, found.between, engine,
                            (evidence_sha256(runs[0]), evidence_sha256(runs[1])))
     claim = (f"{engine} build {found.first_bad} is the first build whose {finding} "
