@@ -13,7 +13,7 @@ from typing import Literal, cast
 
 from servediff.analysis.compare import TextScore, compare
 from servediff.analysis.drift import did_not_start, scores_of
-from servediff.bisection import BISECT_FILE, Step, Verdict, bisect, read_bisection
+from servediff.bisection import BISECT_FILE, Measure, Step, Verdict, bisect, read_bisection
 from servediff.bundle import Evidence, read_evidence
 from servediff.errors import InputError
 
@@ -40,23 +40,28 @@ def started(evidence: Evidence) -> tuple[bool, str]:
 
 
 def judged(evidence: Evidence, prop: Property, reference: dict[str, TextScore] | None,
-           threshold: float) -> tuple[Verdict, str, dict[str, TextScore] | None]:
-    """A measured build's verdict and why, from its bundle, and the reference scores for
-    the builds after it (the first build that gave scores sets them: the good end)."""
+           threshold: float) -> tuple[Verdict, str, dict[str, TextScore] | None, Measure]:
+    """A measured build's verdict, why and what it measured, from its bundle, and the
+    reference scores for the builds after it (the first build that gave scores sets them:
+    the good end)."""
     up, why = started(evidence)
     if prop == "starts":
-        return ("good" if up else "bad"), why, reference
+        return ("good" if up else "bad"), why, reference, Measure(started=up)
     scores = first_scores(evidence)
     if not scores:
-        return "skip", f"no scores to compare: {why}", reference
+        return "skip", f"no scores to compare: {why}", reference, Measure(started=up)
     if reference is None:  # the good end, measured first
-        return "good", f"the reference: {len(scores)} texts scored", scores
+        return ("good", f"the reference: {len(scores)} texts scored", scores,
+                Measure(started=up, compared=len(scores), moved=0, max_abs_dnll=0.0,
+                        retokenized=0))
     found = compare(reference, scores, threshold)
+    measure = Measure(started=up, compared=found.compared, moved=found.moved,
+                      max_abs_dnll=found.max_abs_delta, retokenized=len(found.ids_differ))
     if found.moved or found.ids_differ:
         return "bad", (f"{found.moved} of {found.compared} texts moved (max |dNLL| "
                        f"{found.max_abs_delta:.3g} on {found.max_tag})" if found.moved else
-                       f"{len(found.ids_differ)} texts tokenized otherwise"), reference
-    return "good", f"0 of {found.compared} texts moved", reference
+                       f"{len(found.ids_differ)} texts tokenized otherwise"), reference, measure
+    return "good", f"0 of {found.compared} texts moved", reference, measure
 
 
 def rederived(root: Path) -> list[str]:
@@ -71,10 +76,12 @@ def rederived(root: Path) -> list[str]:
             again[step.build] = step  # did not build: nothing measured to judge again
             continue
         evidence = read_evidence(root / step.bundle)
-        verdict, why, reference = judged(evidence, prop, reference,
-                                         evidence.plan.thresholds.moved_abs_nll)
+        verdict, why, reference, measure = judged(evidence, prop, reference,
+                                                  evidence.plan.thresholds.moved_abs_nll)
+        # a bisection of schema 2 kept no measure: its verdicts are judged again alone
         again[step.build] = Step(build=step.build, verdict=verdict, why=why,
-                                 bundle=step.bundle)
+                                 bundle=step.bundle,
+                                 measure=measure if step.measure is not None else None)
     diffs = [f"step {s.build}: {s.verdict} ({s.why}) -> {again[s.build].verdict} "
              f"({again[s.build].why})" for s in found.steps if again[s.build] != s]
 

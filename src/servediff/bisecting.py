@@ -6,7 +6,8 @@ and kept as a bundle of its own (locked plan, raw rows, report). Its property is
 from that bundle (bisect_verdicts.py): the per-text scores of its first load, compared
 with the good end's (`scores`), or whether the engine started (`starts`).
 `bisection.bisect` chooses the builds; `<out>/bisect.json` holds the answer and every
-step, and, where it found a flip, which files of the engine's source changed between the
+step (bisect.md and bisect.html say it, with a plot of the property per build), and,
+where it found a flip, which files of the engine's source changed between the
 two builds around it (`<out>/flip.diff`: the diff of those that matter). A step whose
 bundle is complete is read again, not measured again, so a bisection interrupted resumes
 with the same command.
@@ -27,7 +28,7 @@ from servediff.bisection import BISECT_FILE, Bisection, Step, bisect
 from servediff.bundle import read_evidence
 from servediff.context import Observer
 from servediff.corpus import Corpus
-from servediff.derived import write_derived
+from servediff.derived import write_bisection_report, write_derived
 from servediff.engines import registry
 from servediff.engines.builds import BuildFailed, BuildSource
 from servediff.errors import InputError
@@ -84,9 +85,9 @@ class Judge:
         write_derived(root)
         bundle = str(root.relative_to(self.root))
         evidence = read_evidence(root)  # once: both properties read the same bundle
-        verdict, why, self.reference = judged(evidence, self.prop, self.reference,
-                                              self.plan.thresholds.moved_abs_nll)
-        return Step(build=build, verdict=verdict, why=why, bundle=bundle)
+        verdict, why, self.reference, measure = judged(
+            evidence, self.prop, self.reference, self.plan.thresholds.moved_abs_nll)
+        return Step(build=build, verdict=verdict, why=why, bundle=bundle, measure=measure)
 
 
 def run_bisection(path: Path, good: str, bad: str, prop: Property, root: Path,
@@ -112,6 +113,7 @@ def run_bisection(path: Path, good: str, bad: str, prop: Property, root: Path,
     if found.outcome == "found" and found.last_good and found.first_bad:
         found = with_changes(found, judge.source, root, say)
     atomic.write_json(root / BISECT_FILE, found.model_dump(mode="json"))
+    write_bisection_report(root)
     return found
 
 

@@ -26,9 +26,24 @@ from servediff.sourcediff import SourceChanges
 Verdict = Literal["good", "bad", "skip"]
 
 
+class Measure(BaseModel):
+    """What a step measured of its property, for the plot per build: whether the engine
+    started, the texts compared with the good end's, how many moved and the largest |dNLL|
+    among them (None: no scores)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    started: bool
+    compared: int | None = None
+    moved: int | None = None
+    max_abs_dnll: float | None = None
+    # texts whose token ids differ from the good end's (not compared by score)
+    retokenized: int | None = None
+
+
 class Step(BaseModel):
-    """One build measured: its verdict, why, and the bundle of its run (None: none, a
-    build that did not build)."""
+    """One build measured: its verdict, why, the bundle of its run (None: none, a build
+    that did not build) and what it measured (None: nothing, or a bisection of schema 2)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -36,6 +51,7 @@ class Step(BaseModel):
     verdict: Verdict
     why: str
     bundle: str | None = None
+    measure: Measure | None = None
 
 
 class Bisection(BaseModel):
@@ -44,8 +60,8 @@ class Bisection(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # 2: the source changes at the flip (changes, changes_why)
-    schema_version: int = 2
+    # 2: the source changes at the flip (changes, changes_why); 3: each step's measure
+    schema_version: int = 3
     property: str
     builds: list[str]
     steps: list[Step]

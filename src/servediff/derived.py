@@ -1,5 +1,5 @@
 """Writing the derived files of a bundle (summary.json, report.md, report.html) and
-re-hashing it.
+re-hashing it, and a bisection's report (bisect.md, bisect.html) from its bisect.json.
 
 summary.json is the analysis of the raw evidence, exactly as `servediff
 rederive` recomputes it. The reports are for sharing: rendered from a
@@ -15,7 +15,9 @@ from pathlib import Path
 from servediff import atomic
 from servediff.analysis.findings import Summary
 from servediff.analysis.summary import summarize
+from servediff.bisection import read_bisection
 from servediff.bundle import Layout, evidence_sha256, read_evidence, verify, write_manifest
+from servediff.report.bisect import bisect_html, bisect_markdown
 from servediff.report.html import render_html
 from servediff.report.markdown import render
 from servediff.scrub import DEFAULT, Policy, describe, policy, scrub, scrub_tree
@@ -52,3 +54,16 @@ def render_reports(summary: Summary, root: Path, rules: Policy = DEFAULT
     markdown = (last.text + f"\nScrubbed before writing (placeholders HOST, USER, EMAIL, "
                 f"BUCKET, REPO, /PATH/..., REDACTED): {describe(counts)}.\n")
     return markdown, clean
+
+
+BISECT_REPORT, BISECT_HTML = "bisect.md", "bisect.html"
+
+
+def write_bisection_report(root: Path) -> Path:
+    """bisect.md and bisect.html of the bisection in `root`, scrubbed as a run's reports
+    are; returns bisect.md's path."""
+    found = read_bisection(root)
+    markdown = scrub(bisect_markdown(found), DEFAULT).text
+    atomic.write_text(root / BISECT_REPORT, markdown)
+    atomic.write_text(root / BISECT_HTML, bisect_html(found, markdown))
+    return root / BISECT_REPORT

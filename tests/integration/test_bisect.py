@@ -86,6 +86,25 @@ def test_the_first_build_whose_scores_differ_is_found(tmp_path: Path,
     assert "build 6 is the first" not in printed.out  # 5 could not be measured
     assert "one of 5 (not measurable) or 6" in printed.out
     assert "[step 1] build 1: good" in printed.err
+    # what each step measured, and the report with a plot of it per build, in build order
+    six = steps["6"]["measure"]
+    assert (six["started"], six["compared"], six["moved"], six["retokenized"]) == (
+        True, 2, 2, 0) and six["max_abs_dnll"] > 0
+    assert steps["1"]["measure"]["moved"] == 0 and steps["5"]["measure"] is None
+    md = (out / "bisect.md").read_text()
+    rows = [line.split(" | ")[0].strip("| ") for line in md.splitlines()
+            if line.startswith("| ") and line.split(" | ")[0].strip("| ").isdigit()]
+    assert rows == sorted(steps, key=int)
+    assert "| 6 | " in md and "| bad | 2 of 2 |" in md and "| src/kernel.c | changed | 1 | 1 |" \
+        in md
+    page = (out / "bisect.html").read_text()
+    assert 'id="plot-builds" data-drawn="yes"' in page and "<svg" in page
+    assert page.count("<tr>") - 1 >= len(steps)
+    # `servediff report` writes them again from bisect.json alone
+    (out / "bisect.md").unlink()
+    with pytest.raises(SystemExit) as ended:
+        main(["report", str(out)])
+    assert ended.value.code in (0, None) and (out / "bisect.md").read_text() == md
     # each build's run counts its own loads (it was "load 2 of 1" at the second build)
     assert "load 2 of 1" not in printed.err and "load 1 of 1" in printed.err
     # the same command again reads every step's bundle and measures nothing
@@ -115,6 +134,15 @@ def test_the_first_build_whose_scores_differ_is_found(tmp_path: Path,
         main(["rederive", str(out)])
     assert ended.value.code in (0, None)
     assert "judged again from its bundles, equal bisect.json" in capsys.readouterr().err
+    # a bisection of schema 2 kept no measures: its verdicts re-derive alone
+    older = json.loads((out / "bisect.json").read_text())
+    for step in older["steps"]:
+        del step["measure"]
+    (out / "bisect.json").write_text(json.dumps({**older, "schema_version": 2}))
+    with pytest.raises(SystemExit) as ended:
+        main(["rederive", str(out)])
+    assert ended.value.code in (0, None)
+    assert "equal bisect.json" in capsys.readouterr().err
     tampered = json.loads((out / "bisect.json").read_text())
     tampered["steps"][1]["verdict"] = "good"
     (out / "bisect.json").write_text(json.dumps(tampered))

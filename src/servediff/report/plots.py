@@ -44,7 +44,8 @@ def distinct_color(distinct: int) -> str:
     return MORE_RESULTS[min(distinct - 2, len(MORE_RESULTS) - 1)]
 
 
-def _svg(fig: Figure) -> str:
+def svg(fig: Figure) -> str:
+    """A figure as an SVG document (closed after), the same bytes for the same drawing."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
@@ -83,7 +84,7 @@ def dnll_per_text(summary: Summary) -> str | None:
     ax.set_xticks(range(len(tags)), tags, rotation=90, fontsize=6)
     ax.set_xlim(-1, len(tags))
     ax.set_title("dNLL per text (red: moved, size grows with |dNLL|; green: identical)")
-    return _svg(fig)
+    return svg(fig)
 
 
 def overlaid(series: list[tuple[str, dict[str, float]]]) -> list[tuple[str, list[float]]]:
@@ -112,7 +113,7 @@ def dnll_magnitude(summary: Summary) -> str | None:
     ax.set_ylabel("|dNLL| (nats; 1e-12 = identical)")
     ax.legend(fontsize=7)
     ax.set_title("How far texts moved (comparisons with the same values share a line)")
-    return _svg(fig)
+    return svg(fig)
 
 
 def moved_comparisons(summary: Summary) -> list[tuple[str, Comparison]]:
@@ -152,7 +153,7 @@ def first_moved(summary: Summary) -> str | None:
     ax.legend(fontsize=7)
     ax.set_title("Where moved texts first differ (grey diagonal: the text's end; dashed: "
                  "an engine size every moved text was identical before)", fontsize=8)
-    return _svg(fig)
+    return svg(fig)
 
 
 def survival_map(summary: Summary) -> str | None:
@@ -179,7 +180,7 @@ def survival_map(summary: Summary) -> str | None:
     ax.set_yticks(range(len(lengths)), [f"{n:,}" for n in lengths])
     ax.set_ylabel("prompt tokens")
     ax.set_title("Survival: prompt length x concurrency x arm")
-    return _svg(fig)
+    return svg(fig)
 
 
 SPEED_METRICS: list[tuple[Metric, str]] = [("decode_tok_s", "decode tok/s"),
@@ -204,7 +205,7 @@ def speed_series(summary: Summary) -> list[tuple[str, list[SpeedAtLength]]]:
 
 def speed_vs_length(summary: Summary) -> str | None:
     fig = speed_figure(summary)
-    return None if fig is None else _svg(fig)
+    return None if fig is None else svg(fig)
 
 
 def speed_figure(summary: Summary) -> Figure | None:
@@ -282,7 +283,7 @@ def capacity_bars(summary: Summary) -> str | None:
                 fontsize=8)
     ax.set_ylabel("KV pool tokens")
     ax.set_title("Capacity per arm, as the engine reported it")
-    return _svg(fig)
+    return svg(fig)
 
 
 def drift_heatmap(summary: Summary) -> str | None:
@@ -317,7 +318,7 @@ def drift_heatmap(summary: Summary) -> str | None:
         ax.set_title(title, fontsize=8)
     fig.suptitle("Distinct results of identical requests (green 1: identical; above c=1 "
                  "the control's result counts)", fontsize=9)
-    return _svg(fig)
+    return svg(fig)
 
 
 # key: (caption, draw, what the page says when there is nothing to draw)

@@ -1,0 +1,107 @@
+"""A bisection's report (bisect.md, bisect.html): the answer, each step, what changed at
+the flip, and a plot of the property per tested build, from bisect.json alone."""
+
+from __future__ import annotations
+
+import html
+
+import matplotlib.pyplot as plt
+
+from servediff.bisection import Bisection, Step
+from servediff.report.html import CSP, STYLE, markdown_to_html
+from servediff.report.plots import IDENTICAL, NOT_MEASURED, svg
+from servediff.sourcediff import changes_text
+
+VERDICT_COLORS = {"good": IDENTICAL, "bad": "#b00020", "skip": NOT_MEASURED}
+
+
+def _measured(step: Step) -> str:
+    m = step.measure
+    if m is None:
+        return "-"
+    if m.compared is None:
+        return "started" if m.started else "did not start"
+    moved = f"{m.moved} of {m.compared}"
+    if m.retokenized:
+        moved += f", {m.retokenized} tokenized otherwise"
+    return moved
+
+
+def _dnll(step: Step) -> str:
+    m = step.measure
+    return "-" if m is None or m.max_abs_dnll is None else f"{m.max_abs_dnll:.3g}"
+
+
+def bisect_markdown(found: Bisection) -> str:
+    """bisect.md: the answer, the steps in build order, what changed at the flip."""
+    order = {b: i for i, b in enumerate(found.builds)}
+    lines = [f"# Bisection of {len(found.builds)} builds on {found.property}", "",
+             found.why + ".", "",
+             f"{len(found.steps)} of {len(found.builds)} builds measured, from "
+             f"{found.builds[0]} to {found.builds[-1]}; each step's bundle is its own run "
+             "(`servediff rederive` judges every step again from it).", "",
+             "## Steps, in build order", "",
+             "| build | step | verdict | texts moved | max abs dNLL | why | bundle |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for n, step in sorted(enumerate(found.steps, 1), key=lambda x: order[x[1].build]):
+        lines.append(f"| {step.build} | {n} | {step.verdict} | {_measured(step)} | "
+                     f"{_dnll(step)} | {step.why} | {step.bundle or '-'} |")
+    lines += ["", "## What changed at the flip", ""]
+    if found.changes is not None:
+        lines.append(f"From build {found.last_good} to {found.first_bad}, "
+                     f"{changes_text(found.changes)}; the diff of those that can change a "
+                     f"served number: {found.changes.diff}.")
+        lines += ["", "| file | status | lines added | lines removed |",
+                  "| --- | --- | --- | --- |"]
+        lines += [f"| {c.path} | {c.status} | {c.added} | {c.removed} |"
+                  for c in found.changes.mattering()]
+    else:
+        lines.append(found.changes_why or "No flip was found, so no two builds to compare.")
+    return "\n".join(lines) + "\n"
+
+
+def bisect_plot(found: Bisection) -> str | None:
+    """The property per tested build, in build order (None: nothing measured): texts moved
+    against the good end, coloured by verdict, with the largest |dNLL| above each bar; for
+    `starts`, whether the engine started."""
+    order = {b: i for i, b in enumerate(found.builds)}
+    steps = sorted((s for s in found.steps if s.measure is not None),
+                   key=lambda s: order[s.build])
+    if not steps:
+        return None
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(steps) + 1.5), 3.0))
+    xs = range(len(steps))
+    scores = found.property == "scores"
+    heights = [float((s.measure.moved or 0) + (s.measure.retokenized or 0)) if scores
+               else float(s.measure.started) for s in steps if s.measure is not None]
+    ax.bar(xs, heights, color=[VERDICT_COLORS[s.verdict] for s in steps])
+    for x, (step, h) in enumerate(zip(steps, heights, strict=True)):
+        label = _dnll(step) if scores else ("started" if h else "no start")
+        ax.annotate(label, (x, h), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(list(xs), [s.build for s in steps], rotation=45, ha="right")
+    ax.set_xlabel("build (measured ones, in build order)")
+    ax.set_ylabel("texts moved vs the good end" if scores else "engine started")
+    tops = [s.measure.compared or 0 for s in steps if s.measure is not None]
+    ax.set_ylim(0, max([*tops, *heights, 1.0]) * 1.15)
+    if found.last_good in order and found.first_bad in order:
+        at = [i for i, s in enumerate(steps) if s.build in (found.last_good, found.first_bad)]
+        if len(at) == 2:
+            ax.axvline(sum(at) / 2, color="#555555", linestyle="--", linewidth=1)
+    return svg(fig)
+
+
+def bisect_html(found: Bisection, markdown: str) -> str:
+    """bisect.html: bisect.md's text with the plot after the answer."""
+    title = f"Bisection of {len(found.builds)} builds on {found.property}"
+    body = markdown.split("\n", 1)[1]
+    plot = bisect_plot(found)
+    figure = (f'<figure id="plot-builds" data-drawn="{"yes" if plot else "no"}">'
+              "<figcaption>The property per measured build (label: max |dNLL| against "
+              "the good end)</figcaption>"
+              + (plot or '<p class="missing">no step measured anything</p>') + "</figure>")
+    head, sep, rest = body.partition("## Steps")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
+            f"<h1>{html.escape(title)}</h1>" + markdown_to_html(head) + figure
+            + markdown_to_html(sep + rest) + "</body></html>\n")
