@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from servediff import atomic
-from servediff.analysis.compare import TextScore
-from servediff.bisect_verdicts import PROPERTIES, Property, judged
+from servediff.bisect_verdicts import EVERY_METRIC, PROPERTIES, Property, Reading, SpeedRule, judged
 from servediff.bisection import BISECT_FILE, Bisection, Step, bisect
 from servediff.bundle import read_evidence
 from servediff.context import Observer
@@ -58,8 +57,10 @@ class Judge:
     """Measures one build and says good, bad or skip, against the good end's property."""
 
     def __init__(self, path: Path, prop: Property, root: Path, observer: Observer,
-                 say: Callable[[str], None] = lambda line: None) -> None:
+                 say: Callable[[str], None] = lambda line: None,
+                 rule: SpeedRule = EVERY_METRIC) -> None:
         self.path, self.prop, self.root, self.observer = path, prop, root, observer
+        self.rule = rule
         self.say = say
         self.raw = read_plan_file(path)
         self.plan, _ = resolve_plan(self.raw, str(path), path.parent)
@@ -68,7 +69,7 @@ class Judge:
             raise InputError(f"{path}: engine {self.plan.engine!r} names no builds to bisect "
                              "(its adapter has no build source)")
         self.source = source
-        self.reference: dict[str, TextScore] | None = None
+        self.reference: Reading | None = None
 
     def __call__(self, build: str) -> Step:
         self.say(f"build {build}: getting it (built or installed once, then cached)")
@@ -86,15 +87,17 @@ class Judge:
         bundle = str(root.relative_to(self.root))
         evidence = read_evidence(root)  # once: both properties read the same bundle
         verdict, why, self.reference, measure = judged(
-            evidence, self.prop, self.reference, self.plan.thresholds.moved_abs_nll)
+            evidence, self.prop, self.reference, self.plan.thresholds.moved_abs_nll,
+            self.rule)
         return Step(build=build, verdict=verdict, why=why, bundle=bundle, measure=measure)
 
 
 def run_bisection(path: Path, good: str, bad: str, prop: Property, root: Path,
-                  observer: Observer, say: Callable[[str], None]) -> Bisection:
+                  observer: Observer, say: Callable[[str], None],
+                  rule: SpeedRule = EVERY_METRIC) -> Bisection:
     """Bisect the builds from `good` to `bad` of the plan's engine; the answer is written
     to `<root>/bisect.json` after every step."""
-    judge = Judge(path, prop, root, observer, say)
+    judge = Judge(path, prop, root, observer, say, rule)
     root.mkdir(parents=True, exist_ok=True)
     builds = judge.source.between(good, bad)
     say(f"bisecting {len(builds)} builds of {judge.plan.engine} from {good} to {bad} on "
@@ -109,7 +112,8 @@ def run_bisection(path: Path, good: str, bad: str, prop: Property, root: Path,
                                                   "steps": [s.model_dump() for s in steps],
                                                   "outcome": "running"})
 
-    found = bisect(builds, prop, judge, progress)
+    found = bisect(builds, prop, judge, progress).model_copy(
+        update={"min_change": rule.min_change, "metric": rule.metric})
     if found.outcome == "found" and found.last_good and found.first_bad:
         found = with_changes(found, judge.source, root, say)
     atomic.write_json(root / BISECT_FILE, found.model_dump(mode="json"))

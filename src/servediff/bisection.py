@@ -27,9 +27,10 @@ Verdict = Literal["good", "bad", "skip"]
 
 
 class Measure(BaseModel):
-    """What a step measured of its property, for the plot per build: whether the engine
-    started, the texts compared with the good end's, how many moved and the largest |dNLL|
-    among them (None: no scores)."""
+    """What a step measured of its property, for the report and its plot per build:
+    whether the engine started; for scores, the texts compared with the good end's, how
+    many moved and the largest |dNLL| among them; for the others, the value in words and
+    as a number (None: not measured)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -39,6 +40,8 @@ class Measure(BaseModel):
     max_abs_dnll: float | None = None
     # texts whose token ids differ from the good end's (not compared by score)
     retokenized: int | None = None
+    value: str | None = None
+    number: float | None = None
 
 
 class Step(BaseModel):
@@ -78,6 +81,10 @@ class Bisection(BaseModel):
     # or the sources could not be had: `changes_why` says why)
     changes: SourceChanges | None = None
     changes_why: str = ""
+    # property `speed`: the relative change a metric must pass to count, and the one
+    # metric bisected (None: every one)
+    min_change: float = 0.1
+    metric: Literal["decode_tok_s", "prefill_tok_s", "ttft_s"] | None = None
 
 
 def bisect(builds: Sequence[str], prop: str, judge: Callable[[str], Step],

@@ -29,8 +29,12 @@ ENTRY = "tests.engines.toy:ToyAdapter"
 
 class ToyBuilds:
     """The toy engine's builds 1 to 99 (`servediff bisect`): from build TOY_FLIP on, its
-    server adds 0.001 to every logprob (a kernel changed between two builds); the builds
-    in TOY_BROKEN (comma-separated) fail to build; TOY_SLOW: seconds each request waits."""
+    server adds 0.001 to every logprob (a kernel changed between two builds); from build
+    TOY_KV_FLIP on, its KV pool is half as large (4,096 tokens, not 8,192); from build
+    TOY_JITTER_FLIP on, each start adds its own offset (drift across loads); from build
+    TOY_DIES_FLIP on, a prompt over 1,500 tokens kills it; from build TOY_SLOW_FLIP on, each
+    request waits 0.2 s more; the builds in TOY_BROKEN (comma-separated) fail to build;
+    TOY_SLOW: seconds each request waits in every build."""
 
     def between(self, good: str, bad: str) -> list[str]:
         if not (good.isdigit() and bad.isdigit() and 1 <= int(good) < int(bad) <= 99):
@@ -53,8 +57,15 @@ class ToyBuilds:
     def command(self, build: str) -> list[str]:
         if build in os.environ.get("TOY_BROKEN", "").split(","):
             raise BuildFailed(f"build {build}: the toy compiler failed")
+        def since(flip: str) -> bool:
+            return int(build) >= int(os.environ.get(flip, "100"))
+
         return [*ToyAdapter.default_command, "--build", build, "--offset", self._offset(build),
-                "--slow", os.environ.get("TOY_SLOW", "0")]
+                "--slow", str(float(os.environ.get("TOY_SLOW", "0"))
+                              + (0.2 if since("TOY_SLOW_FLIP") else 0.0)),
+                *(["--dies-above", "1500"] if since("TOY_DIES_FLIP") else []),
+                "--kv", "4096" if since("TOY_KV_FLIP") else "8192",
+                *(["--jitter"] if since("TOY_JITTER_FLIP") else [])]
 
 
 class ToyAdapter(CompletionsAdapter):
@@ -72,7 +83,8 @@ class ToyAdapter(CompletionsAdapter):
         raw: dict[str, Any] = client.get_json("/version")
         return EngineInfo(version={"engine": "toy", "build": raw.get("build", "1")},
                           bos_token_id=raw["bos_token_id"],
-                          max_model_len=raw["max_model_len"], raw=raw)
+                          max_model_len=raw["max_model_len"], raw=raw,
+                          capacity=raw.get("capacity") or {})
 
 
 def main() -> None:
@@ -90,6 +102,13 @@ def main() -> None:
     parser.add_argument("--offset", type=float, default=0.0)
     # seconds each POST waits before its answer (a slow engine, to interrupt mid-cell)
     parser.add_argument("--slow", type=float, default=0.0)
+    # the KV pool /version reports (tokens; 0: none)
+    parser.add_argument("--kv", type=int, default=0)
+    # each start adds an offset of its own to every logprob (drift across loads)
+    parser.add_argument("--jitter", action="store_true")
+    # a completion request with a prompt longer than this kills the server (a build that
+    # dies on long prompts)
+    parser.add_argument("--dies-above", type=int)
     # an engine adapter's own flags (the embedded engine's, when a plan launches this
     # server in its place) are taken and ignored
     # every other tokenization of this text comes back with one more token (an engine
@@ -98,7 +117,8 @@ def main() -> None:
     args, _ = parser.parse_known_args()
     if args.refuse:
         sys.exit(f"ValueError: {args.refuse}")
-    engine = FakeEngine(load_offset=args.offset)
+    jitter = (os.getpid() % 1000 + 1) * 1e-6 if args.jitter else 0.0
+    engine = FakeEngine(load_offset=args.offset + jitter, kv_tokens=args.kv or None)
     build = args.build
     calls: list[int] = []
 
@@ -125,7 +145,13 @@ def main() -> None:
 
         def do_POST(self) -> None:
             time.sleep(args.slow)
-            self._reply(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            prompt = body.get("prompt") or [[]]
+            if (args.dies_above and self.path == "/v1/completions"
+                    and max(map(len, prompt if isinstance(prompt[0], list) else [prompt]))
+                    > args.dies_above):
+                os._exit(1)
+            self._reply(body)
 
     ThreadingHTTPServer((args.host, args.port), Handler).serve_forever()
 

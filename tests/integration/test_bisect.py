@@ -218,3 +218,72 @@ def test_a_plan_that_is_not_toml_or_an_engine_without_builds_is_refused_in_one_l
     plan.write_text('engine = "vllm"\nmodel = "smollm2"\n[arms.a]\n')
     assert bisect(plan, tmp_path / "out") == 2
     assert "engine 'vllm' names no builds to bisect" in capsys.readouterr().err
+
+
+def test_the_first_build_whose_kv_pool_or_drift_differs_is_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Properties read from each step's own analysis: the KV pool the engine reports
+    (halved from build 4 on) and the drift signature (each start of build 7 on adds an
+    offset of its own: drift across loads, seen with two loads a step)."""
+    monkeypatch.setitem(registry.ENGINES, "toy", toy.ENTRY)
+    monkeypatch.setenv("TOY_KV_FLIP", "4")
+    monkeypatch.setenv("TOY_JITTER_FLIP", "7")
+    plan = toy_plan(tmp_path)
+    assert bisect(plan, tmp_path / "kv", "--property", "kv") == 0
+    kv = json.loads((tmp_path / "kv" / "bisect.json").read_text())
+    assert (kv["last_good"], kv["first_bad"]) == ("3", "4")
+    steps = {s["build"]: s for s in kv["steps"]}
+    assert steps["4"]["measure"]["number"] == 4096 and steps["1"]["measure"]["number"] == 8192
+    assert "a KV pool of 4,096 tokens, vs a KV pool of 8,192 tokens" in steps["4"]["why"]
+    assert "| 4 | " in (tmp_path / "kv" / "bisect.md").read_text()
+    two = tmp_path / "two.toml"
+    two.write_text(plan.read_text().replace("loads_per_arm = 1", "loads_per_arm = 2"))
+    assert bisect(two, tmp_path / "drift", "--property", "drift") == 0
+    drift = json.loads((tmp_path / "drift" / "bisect.json").read_text())
+    assert (drift["last_good"], drift["first_bad"]) == ("6", "7")
+    steps = {s["build"]: s for s in drift["steps"]}
+    assert steps["1"]["measure"]["value"] == "no drift"
+    assert steps["7"]["measure"]["value"] == "drift: loads"
+    # each re-derives from its steps' bundles
+    for out in ("kv", "drift"):
+        with pytest.raises(SystemExit) as ended:
+            main(["rederive", str(tmp_path / out)])
+        assert ended.value.code in (0, None)
+
+
+def test_the_first_build_that_dies_sooner_or_is_slower_is_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Survival (from build 5 on a prompt over 1,500 tokens kills the server: the sweep's
+    limit moves) and speed (from build 3 on every request waits 0.2 s more: a cost by the
+    noise rule, past --min-change)."""
+    monkeypatch.setitem(registry.ENGINES, "toy", toy.ENTRY)
+    monkeypatch.setenv("TOY_DIES_FLIP", "5")
+    monkeypatch.setenv("TOY_SLOW_FLIP", "3")
+    base = toy_plan(tmp_path).read_text()
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(base.replace("[probes.sweep]\nenabled = false\n", "")
+                     + "[probes.sweep]\nlevels = [1]\nresolution = 256\n"
+                     "[quiet]\ngate_cost = false\nmax_foreign_cpu = 64.0\n")
+    assert bisect(sweep, tmp_path / "survival", "--property", "survival") == 0
+    found = json.loads((tmp_path / "survival" / "bisect.json").read_text())
+    assert (found["last_good"], found["first_bad"]) == ("4", "5")
+    steps = {s["build"]: s for s in found["steps"]}
+    assert steps["1"]["measure"]["value"] == "single prompts hold every length to 4,095"
+    assert steps["5"]["measure"]["value"].startswith("single prompts survive 1,") and \
+        "dies from" in steps["5"]["measure"]["value"]
+    speed = tmp_path / "speed.toml"
+    speed.write_text(base.replace("[probes.speed]\nenabled = false\n", "")
+                     + "[probes.speed]\nprompt_tokens = [64]\nmax_tokens = 4\nlevels = [1]\n"
+                     "[quiet]\ngate_cost = false\nmax_foreign_cpu = 64.0\n")
+    # 0.2 s on top of a toy request of milliseconds: far past 5x, whatever else the
+    # machine does
+    assert bisect(speed, tmp_path / "speed", "--property", "speed", "--metric", "ttft_s",
+                  "--min-change", "5") == 0
+    found = json.loads((tmp_path / "speed" / "bisect.json").read_text())
+    assert (found["last_good"], found["first_bad"], found["min_change"]) == ("2", "3", 5.0)
+    steps = {s["build"]: s for s in found["steps"]}
+    assert "speed metrics changed past 500%: ttft_s at 64 tokens" in steps["3"]["why"]
+    assert steps["3"]["measure"]["number"] > 5
+    with pytest.raises(SystemExit) as ended:
+        main(["rederive", str(tmp_path / "speed")])
+    assert ended.value.code in (0, None)

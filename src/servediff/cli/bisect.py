@@ -8,7 +8,8 @@ from typing import get_args
 
 import click
 
-from servediff.bisect_verdicts import PROPERTIES, Property
+from servediff.analysis.findings import Metric
+from servediff.bisect_verdicts import PROPERTIES, Property, SpeedRule
 from servediff.bisecting import run_bisection
 from servediff.cli.console import err, out
 from servediff.cli.progress import RichObserver
@@ -24,10 +25,15 @@ from servediff.sourcediff import changes_text
 @click.option("--property", "prop", type=click.Choice(list(get_args(Property))),
               default="scores", show_default=True,
               help="; ".join(f"{k}: {v}" for k, v in PROPERTIES.items()))
+@click.option("--min-change", type=click.FloatRange(0, 10), default=0.1, show_default=True,
+              help="speed: the relative change a metric must pass, beyond the noise rule")
+@click.option("--metric", type=click.Choice(list(get_args(Metric))),
+              help="speed: the one metric to bisect on (default: every one)")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               help="where each step's bundle and bisect.json go (default runs/bisect-<time>); "
                    "an existing one resumes")
-def bisect(plan: Path, good: str, bad: str, prop: Property, out_dir: Path | None) -> None:
+def bisect(plan: Path, good: str, bad: str, prop: Property, min_change: float,
+           metric: Metric | None, out_dir: Path | None) -> None:
     """Measure builds of PLAN's engine between GOOD and BAD as its first arm, and find the
     first whose property differs from GOOD's. Exit 0: found; 1: the ends do not flip."""
     root = out_dir or Path("runs") / f"bisect-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -35,7 +41,8 @@ def bisect(plan: Path, good: str, bad: str, prop: Property, out_dir: Path | None
     try:
         with RichObserver() as observer:
             found = run_bisection(plan, good, bad, prop, root, observer,
-                                  lambda line: err.print(line, markup=False, highlight=False))
+                                  lambda line: err.print(line, markup=False, highlight=False),
+                                  SpeedRule(min_change, metric))
     except KeyboardInterrupt:
         err.print(f"interrupted: each measured step is kept in {root}; run the same command "
                   "to resume", markup=False, highlight=False)

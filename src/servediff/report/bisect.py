@@ -7,6 +7,7 @@ import html
 
 import matplotlib.pyplot as plt
 
+from servediff.bisect_verdicts import UNITS
 from servediff.bisection import Bisection, Step
 from servediff.report.html import CSP, STYLE, markdown_to_html
 from servediff.report.plots import IDENTICAL, NOT_MEASURED, svg
@@ -19,6 +20,8 @@ def _measured(step: Step) -> str:
     m = step.measure
     if m is None:
         return "-"
+    if m.value is not None:
+        return m.value
     if m.compared is None:
         return "started" if m.started else "did not start"
     moved = f"{m.moved} of {m.compared}"
@@ -41,7 +44,7 @@ def bisect_markdown(found: Bisection) -> str:
              f"{found.builds[0]} to {found.builds[-1]}; each step's bundle is its own run "
              "(`servediff rederive` judges every step again from it).", "",
              "## Steps, in build order", "",
-             "| build | step | verdict | texts moved | max abs dNLL | why | bundle |",
+             "| build | step | verdict | measured | max abs dNLL | why | bundle |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for n, step in sorted(enumerate(found.steps, 1), key=lambda x: order[x[1].build]):
         lines.append(f"| {step.build} | {n} | {step.verdict} | {_measured(step)} | "
@@ -60,10 +63,33 @@ def bisect_markdown(found: Bisection) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _label(found: Bisection, step: Step) -> str:
+    m = step.measure
+    if m is None:
+        return ""
+    if found.property == "scores":
+        return _dnll(step)
+    if found.property == "starts":
+        return "started" if m.started else "no start"
+    if m.number is None:
+        return "-"
+    return f"{m.number:+.0%}" if found.property == "speed" else f"{m.number:,.0f}"
+
+
+def _height(found: Bisection, step: Step) -> float:
+    m = step.measure
+    if m is None:
+        return 0.0
+    if found.property == "starts":
+        return float(m.started)
+    return float(m.number or 0.0)
+
+
 def bisect_plot(found: Bisection) -> str | None:
-    """The property per tested build, in build order (None: nothing measured): texts moved
-    against the good end, coloured by verdict, with the largest |dNLL| above each bar; for
-    `starts`, whether the engine started."""
+    """The property per tested build, in build order (None: nothing measured), coloured
+    by verdict: texts moved against the good end (labelled with the largest |dNLL|),
+    whether the engine started, drift scopes, KV tokens, the longest single prompt held,
+    or the largest speed change; a dashed line between the last good and first bad."""
     order = {b: i for i, b in enumerate(found.builds)}
     steps = sorted((s for s in found.steps if s.measure is not None),
                    key=lambda s: order[s.build])
@@ -71,22 +97,20 @@ def bisect_plot(found: Bisection) -> str | None:
         return None
     fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(steps) + 1.5), 3.0))
     xs = range(len(steps))
-    scores = found.property == "scores"
-    heights = [float((s.measure.moved or 0) + (s.measure.retokenized or 0)) if scores
-               else float(s.measure.started) for s in steps if s.measure is not None]
+    heights = [_height(found, s) for s in steps]
     ax.bar(xs, heights, color=[VERDICT_COLORS[s.verdict] for s in steps])
     for x, (step, h) in enumerate(zip(steps, heights, strict=True)):
-        label = _dnll(step) if scores else ("started" if h else "no start")
-        ax.annotate(label, (x, h), ha="center", va="bottom", fontsize=7)
+        ax.annotate(_label(found, step), (x, max(h, 0.0)), ha="center", va="bottom",
+                    fontsize=7)
     ax.set_xticks(list(xs), [s.build for s in steps], rotation=45, ha="right")
     ax.set_xlabel("build (measured ones, in build order)")
-    ax.set_ylabel("texts moved vs the good end" if scores else "engine started")
-    tops = [s.measure.compared or 0 for s in steps if s.measure is not None]
-    ax.set_ylim(0, max([*tops, *heights, 1.0]) * 1.15)
-    if found.last_good in order and found.first_bad in order:
-        at = [i for i, s in enumerate(steps) if s.build in (found.last_good, found.first_bad)]
-        if len(at) == 2:
-            ax.axvline(sum(at) / 2, color="#555555", linestyle="--", linewidth=1)
+    ax.set_ylabel(UNITS[found.property])
+    if found.property == "scores":
+        tops = [float(s.measure.compared or 0) for s in steps if s.measure is not None]
+        ax.set_ylim(0, max([*tops, *heights, 1.0]) * 1.15)
+    at = [i for i, s in enumerate(steps) if s.build in (found.last_good, found.first_bad)]
+    if len(at) == 2:
+        ax.axvline(sum(at) / 2, color="#555555", linestyle="--", linewidth=1)
     return svg(fig)
 
 
@@ -96,8 +120,9 @@ def bisect_html(found: Bisection, markdown: str) -> str:
     body = markdown.split("\n", 1)[1]
     plot = bisect_plot(found)
     figure = (f'<figure id="plot-builds" data-drawn="{"yes" if plot else "no"}">'
-              "<figcaption>The property per measured build (label: max |dNLL| against "
-              "the good end)</figcaption>"
+              f"<figcaption>{html.escape(UNITS[found.property])}, per measured build"
+              + (" (label: the largest |dNLL| against the good end)"
+                 if found.property == "scores" else "") + "</figcaption>"
               + (plot or '<p class="missing">no step measured anything</p>') + "</figure>")
     head, sep, rest = body.partition("## Steps")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
