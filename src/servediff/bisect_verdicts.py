@@ -51,8 +51,6 @@ UNITS: dict[str, str] = {
     "drift": "drift scopes", "kv": "KV tokens", "survival": "longest single prompt held",
     "speed": "largest speed change vs the good end",
 }
-LIMIT_VERB = {"death": "dies", "hang": "hangs", "timeout": "times out", "error": "errors",
-              "ok": "holds", "slow": "holds"}
 
 
 @dataclass(frozen=True)
@@ -119,14 +117,13 @@ def value(prop: Property, r: Reading) -> tuple[str, float] | None:
     if s is None or not s.points:
         return None
     if s.limit is not None:
-        return (f"single prompts survive {s.limit.survives:,} tokens and "
-                f"{LIMIT_VERB[s.limit.outcome]} from {s.limit.fails_from:,}",
-                float(s.limit.survives))
+        return (f"single prompts survive {s.limit.survives:,} tokens; {s.limit.outcome} "
+                f"from {s.limit.fails_from:,}", float(s.limit.survives))
     held = s.largest_ok_length.get("1")
     failed = s.first_failure.get("1")
     if failed is not None:
-        return (f"single prompts hold {held or 0:,} tokens and {LIMIT_VERB[failed.outcome]} "
-                f"at {failed.length:,}", float(held or 0))
+        return (f"single prompts hold {held or 0:,} tokens; {failed.outcome} at "
+                f"{failed.length:,}", float(held or 0))
     return f"single prompts hold every length to {held or 0:,}", float(held or 0)
 
 

@@ -284,7 +284,7 @@ def test_the_first_build_that_dies_sooner_or_is_slower_is_found(
     steps = {s["build"]: s for s in found["steps"]}
     assert steps["1"]["measure"]["value"] == "single prompts hold every length to 4,095"
     assert steps["5"]["measure"]["value"].startswith("single prompts survive 1,") and \
-        "dies from" in steps["5"]["measure"]["value"]
+        "; death from 1," in steps["5"]["measure"]["value"]
     speed = tmp_path / "speed.toml"
     speed.write_text(base.replace("[probes.speed]\nenabled = false\n", "")
                      + "[probes.speed]\nprompt_tokens = [64]\nmax_tokens = 4\nlevels = [1]\n"
