@@ -98,10 +98,17 @@ def bisect_plot(found: Bisection) -> str | None:
     fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(steps) + 1.5), 3.0))
     xs = range(len(steps))
     heights = [_height(found, s) for s in steps]
-    ax.bar(xs, heights, color=[VERDICT_COLORS[s.verdict] for s in steps])
+    colors = [VERDICT_COLORS[s.verdict] for s in steps]
+    ax.bar(xs, heights, color=colors, width=0.6)
+    # a marker on every build, so that a build of height 0 shows its verdict too
+    ax.scatter(xs, heights, color=colors, edgecolors="#333333", s=28, zorder=3)
+    for verdict in sorted({s.verdict for s in steps}):
+        ax.scatter([], [], color=VERDICT_COLORS[verdict], edgecolors="#333333", s=28,
+                   label=verdict)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
     for x, (step, h) in enumerate(zip(steps, heights, strict=True)):
-        ax.annotate(_label(found, step), (x, max(h, 0.0)), ha="center", va="bottom",
-                    fontsize=7)
+        ax.annotate(_label(found, step), (x, max(h, 0.0)), xytext=(0, 5),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(list(xs), [s.build for s in steps], rotation=45, ha="right")
     ax.set_xlabel("build (measured ones, in build order)")
     ax.set_ylabel(UNITS[found.property])
