@@ -132,7 +132,7 @@ def with_changes(found: Bisection, source: BuildSource, root: Path,
         a, b = source.source(found.last_good), source.source(found.first_bad)
     except BuildFailed as exc:
         return found.model_copy(update={"changes_why": f"no source diff: {exc}"})
-    changes, text = compare_trees(a, b, found.last_good, found.first_bad)
+    changes, text = compare_trees(a, b, found.last_good, found.first_bad, source.aside)
     atomic.write_text(root / "flip.diff", text)
     changes = changes.model_copy(update={"diff": "flip.diff"})
     say(changes_text(changes))

@@ -5,7 +5,8 @@ matter.
 (each unpacked by the engine's build source). Every file that differs is listed with
 its added and removed lines. The ones that matter are the changed files outside what
 cannot change a served number: documentation, tests, examples, CI and editor files, web
-UIs, and bindings or build helpers for other languages. Their unified diff is the
+UIs, bindings or build helpers for other languages, and what the engine's build source
+names as left out of its build (another GPU backend, another tool). Their unified diff is the
 answer's `flip.diff`. Where every changed file is of those kinds, none is narrowed away
 and the diff covers all of them.
 """
@@ -56,8 +57,11 @@ class SourceChanges(BaseModel):
         return narrowed or self.files
 
 
-def matters(path: str) -> bool:
-    """Whether a changed file can change what the server computes."""
+def matters(path: str, aside: tuple[str, ...] = ()) -> bool:
+    """Whether a changed file can change what the server computes; `aside`: path prefixes
+    the engine's build source knows cannot (code its build leaves out)."""
+    if path.startswith(aside):
+        return False
     p = PurePosixPath(path)
     if p.name in ASIDE_NAMES:
         return True
@@ -80,10 +84,10 @@ def _lines(path: Path | None) -> list[str]:
         return ["(binary file)\n"]
 
 
-def compare_trees(a: Path, b: Path, name_a: str, name_b: str
+def compare_trees(a: Path, b: Path, name_a: str, name_b: str, aside: tuple[str, ...] = ()
                   ) -> tuple[SourceChanges, str]:
     """The files that differ from tree `a` to tree `b`, and the unified diff of those that
-    matter (of all of them where none does)."""
+    matter (of all of them where none does); `aside` as for `matters`."""
     files_a, files_b = _files(a), _files(b)
     changed: list[ChangedFile] = []
     hunks: dict[str, list[str]] = {}
@@ -98,7 +102,7 @@ def compare_trees(a: Path, b: Path, name_a: str, name_b: str
             "added" if path not in files_a else "removed" if path not in files_b
             else "changed")
         changed.append(ChangedFile(
-            path=path, status=status, matters=matters(path),
+            path=path, status=status, matters=matters(path, aside),
             added=sum(1 for x in diff if x.startswith("+") and not x.startswith("+++")),
             removed=sum(1 for x in diff if x.startswith("-") and not x.startswith("---"))))
         hunks[path] = diff

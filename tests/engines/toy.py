@@ -36,6 +36,8 @@ class ToyBuilds:
     request waits 0.2 s more; the builds in TOY_BROKEN (comma-separated) fail to build;
     TOY_SLOW: seconds each request waits in every build."""
 
+    aside: tuple[str, ...] = ()
+
     def between(self, good: str, bad: str) -> list[str]:
         if not (good.isdigit() and bad.isdigit() and 1 <= int(good) < int(bad) <= 99):
             raise InputError(f"toy builds are 1 to 99, good before bad; got {good}, {bad}")

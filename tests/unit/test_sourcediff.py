@@ -46,3 +46,19 @@ def test_what_matters():
     assert matters("ggml/src/ggml-cpu/ops.cpp") and matters("CMakeLists.txt")
     assert not matters("tools/server/webui/src/app.tsx") and not matters(".github/ci.yml")
     assert not matters("examples/simple/simple.cpp") and not matters("docs/ops.md")
+
+
+def test_what_the_build_source_leaves_out_is_left_out_of_the_diff(tmp_path: Path):
+    """llama.cpp's CPU build: another backend and the vendored HTTP library cannot change
+    what it computes; ggml's own source can."""
+    from servediff.engines.llamacpp_builds import ASIDE
+
+    a = tree(tmp_path / "a", {"ggml/src/ggml-webgpu/w.cpp": "a\n", "ggml/src/ggml.c": "a\n",
+                              "vendor/cpp-httplib/httplib.h": "a\n", "tools/server/s.cpp": "a\n",
+                              "tools/cli/cli.cpp": "a\n"})
+    b = tree(tmp_path / "b", {"ggml/src/ggml-webgpu/w.cpp": "b\n", "ggml/src/ggml.c": "b\n",
+                              "vendor/cpp-httplib/httplib.h": "b\n", "tools/server/s.cpp": "b\n",
+                              "tools/cli/cli.cpp": "b\n"})
+    changes, diff = compare_trees(a, b, "9725", "9733", ASIDE)
+    assert [f.path for f in changes.mattering()] == ["ggml/src/ggml.c", "tools/server/s.cpp"]
+    assert "webgpu" not in diff and "httplib" not in diff and "cli.cpp" not in diff

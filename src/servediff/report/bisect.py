@@ -30,6 +30,11 @@ def _measured(step: Step) -> str:
     return moved
 
 
+def _cell(text: str) -> str:
+    """Text for a table cell: a `|` in it (|dNLL|) would end the cell."""
+    return text.replace("|", "\\|")
+
+
 def _dnll(step: Step) -> str:
     m = step.measure
     return "-" if m is None or m.max_abs_dnll is None else f"{m.max_abs_dnll:.3g}"
@@ -47,13 +52,12 @@ def bisect_markdown(found: Bisection) -> str:
              "| build | step | verdict | measured | max abs dNLL | why | bundle |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for n, step in sorted(enumerate(found.steps, 1), key=lambda x: order[x[1].build]):
-        lines.append(f"| {step.build} | {n} | {step.verdict} | {_measured(step)} | "
-                     f"{_dnll(step)} | {step.why} | {step.bundle or '-'} |")
+        lines.append(f"| {step.build} | {n} | {step.verdict} | {_cell(_measured(step))} | "
+                     f"{_dnll(step)} | {_cell(step.why)} | {step.bundle or '-'} |")
     lines += ["", "## What changed at the flip", ""]
     if found.changes is not None:
-        lines.append(f"From build {found.last_good} to {found.first_bad}, "
-                     f"{changes_text(found.changes)}; the diff of those that can change a "
-                     f"served number: {found.changes.diff}.")
+        lines.append(f"Builds {changes_text(found.changes)}; the diff of those that can "
+                     f"change a served number: {found.changes.diff}.")
         lines += ["", "| file | status | lines added | lines removed |",
                   "| --- | --- | --- | --- |"]
         lines += [f"| {c.path} | {c.status} | {c.added} | {c.removed} |"
