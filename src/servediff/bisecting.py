@@ -103,11 +103,15 @@ def run_bisection(path: Path, good: str, bad: str, prop: Property, root: Path,
     say(f"bisecting {len(builds)} builds of {judge.plan.engine} from {good} to {bad} on "
         f"{PROPERTIES[prop]}: about {len(builds).bit_length() + 1} builds to measure")
     steps: list[Step] = []
+    started = time.monotonic()
 
     def progress(step: Step, left: int) -> None:
         steps.append(step)
+        # at the pace so far (a resumed step that is read again, not measured, counts too)
+        pace = (time.monotonic() - started) / len(steps)
+        eta = f", about {_minutes(pace * left)} at this pace" if left else ""
         say(f"[step {len(steps)}] build {step.build}: {step.verdict} ({step.why}); about "
-            f"{left} more to measure")
+            f"{left} more to measure{eta}")
         atomic.write_json(root / BISECT_FILE, {"property": prop, "builds": builds,
                                                   "steps": [s.model_dump() for s in steps],
                                                   "outcome": "running"})
@@ -119,6 +123,10 @@ def run_bisection(path: Path, good: str, bad: str, prop: Property, root: Path,
     atomic.write_json(root / BISECT_FILE, found.model_dump(mode="json"))
     write_bisection_report(root)
     return found
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
 def with_changes(found: Bisection, source: BuildSource, root: Path,

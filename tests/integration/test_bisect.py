@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -86,6 +87,8 @@ def test_the_first_build_whose_scores_differ_is_found(tmp_path: Path,
     assert "build 6 is the first" not in printed.out  # 5 could not be measured
     assert "one of 5 (not measurable) or 6" in printed.out
     assert "[step 1] build 1: good" in printed.err
+    assert re.search(r"\[step 2\] build 9: bad \(.*\); about \d+ more to measure, about "
+                     r"\d+ (s|min) at this pace", " ".join(printed.err.split()))
     # what each step measured, and the report with a plot of it per build, in build order
     six = steps["6"]["measure"]
     assert (six["started"], six["compared"], six["moved"], six["retokenized"]) == (
