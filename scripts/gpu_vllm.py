@@ -76,7 +76,46 @@ FACTORS = {"batch_invariant": '[factors.batch_invariant]\nenv = { VLLM_BATCH_INV
            "eager": '[factors.eager]\nargs = ["--enforce-eager"]\n'}
 
 
+# Which op breaks batch invariance under --enforce-eager (h200-vllm-factorial: with
+# VLLM_BATCH_INVARIANT=1 and --enforce-eager, 14 of 16 texts moved at batch 8 vs 1). Every
+# arm has both; they differ in how RMSNorm and the other custom ops are computed. Under
+# --enforce-eager vLLM 0.26 runs its custom ops' CUDA forms (custom_ops "all"): RMSNorm's,
+# with the switch, goes to rms_norm_batch_invariant (a Triton kernel, or the C
+# fused_add_rms_norm where a residual comes), and its IR ops prefer the C kernels
+# (["vllm_c", "native"]).
+NATIVE_NORM = ["--ir-op-priority", '{"rms_norm": ["native"], "fused_add_rms_norm": ["native"]}']
+OPS_ARMS = {
+    "as_is": [],
+    # RMSNorm alone in plain torch: its custom op off, its IR ops native
+    "rms_native": ["--compilation-config", '{"custom_ops": ["all", "-rms_norm"]}',
+                   *NATIVE_NORM],
+    # every custom op in plain torch
+    "all_native": ["--compilation-config", '{"custom_ops": ["none"]}', *NATIVE_NORM],
+}
+
+
+def ops_plan(device: str, model: Path) -> str:
+    """h200-vllm-eager-ops: one cold load per arm, scoring at batch 1 and 8 only."""
+    gpu = device == "cuda"
+    served = launch(device).replace("[launch]\n", '[launch]\ncache_policy = "fresh"\n')
+    served = served.replace("env = { ", 'env = { VLLM_BATCH_INVARIANT = "1", ', 1)
+    arms = "".join(f"[arms.{name}]\nargs = {json.dumps(['--enforce-eager', *args])}\n"
+                   for name, args in OPS_ARMS.items())
+    text = (f'name = "h200-vllm-eager-ops"\nengine = "vllm"\nmodel = "{model}"\n'
+            "loads_per_arm = 1\n" + served + arms
+            + f"[corpus]\nmax_texts = {16 if gpu else 4}\n"
+            + "[probes.repeat]\ncount = 1\nbatch_sizes = [8]\n" + QUIET)
+    for probe in ("concurrency", "generate", "speed", "sweep", "prefix"):
+        text += f"[probes.{probe}]\nenabled = false\n"
+    return text
+
+
 def plans(device: str, model: Path) -> list[tuple[str, str]]:
+    return [("h200-vllm-eager-ops", ops_plan(device, model)),
+            *factor_plans(device, model)]
+
+
+def factor_plans(device: str, model: Path) -> list[tuple[str, str]]:
     return [(name, plan(name, device, model, factors, cache, cost))
             for name, factors, cache, cost in (
         ("h200-vllm-signature", ("batch_invariant", "eager"), "fresh", True),

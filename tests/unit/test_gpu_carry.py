@@ -154,7 +154,7 @@ def test_the_gpu_scripts_plans_are_valid_plans(device: str, tmp_path: Path):
     fake = {k: Path(f"/models/{k}") for k in ("seed", "moe", "smollm2")}
     made = [*gpu_sglang.plans(device, fake, "flashinfer_cutlass"),
             *gpu_vllm.plans(device, fake["smollm2"])]
-    assert len(made) == 12
+    assert len(made) == 13
     for name, text in made:
         raw = tomllib.loads(text)
         assert raw["name"] == name
@@ -179,6 +179,17 @@ def test_the_gpu_scripts_plans_are_valid_plans(device: str, tmp_path: Path):
     plan = resolve_plan({**tomllib.loads(drift), "model": "smollm2"}, "d.toml", tmp_path)[0]
     assert not plan.probes.cost_probes() and list(plan.arms) == ["baseline", "eager"]
     assert plan.launch.cache_policy == "fresh"
+    # which op breaks batch invariance under --enforce-eager: three arms with both, one
+    # load each, scoring at batch 1 and 8 alone; RMSNorm native in the second, every
+    # custom op native in the third
+    ops = dict(made)["h200-vllm-eager-ops"]
+    plan = resolve_plan({**tomllib.loads(ops), "model": "smollm2"}, "o.toml", tmp_path)[0]
+    assert list(plan.arms) == ["as_is", "rms_native", "all_native"]
+    assert plan.loads_per_arm == 1 and not plan.probes.cost_probes()
+    assert plan.launch.env["VLLM_BATCH_INVARIANT"] == "1"
+    assert all(a.args[0] == "--enforce-eager" for a in plan.arms.values())
+    assert plan.arms["rms_native"].args[1:3] == ["--compilation-config",
+                                                 '{"custom_ops": ["all", "-rms_norm"]}']
     seed = dict(gpu_sglang.plans(device, fake, None))["h200-sglang-seed"]
     assert list(resolve_plan({**tomllib.loads(seed), "model": "smollm2"}, "s.toml",
                              tmp_path)[0].arms) == [
