@@ -3,8 +3,8 @@ bundles (`servediff rederive BISECT`): the analysis side of `servediff bisect`.
 
 Each property is read from a step's bundle as the run's own analysis reads it, and
 compared with the good end's (the first build that gave a value):
-- `scores`: the per-text scores of the first load's score pass; a text moved as the
-  plan's threshold says.
+- `scores`: the per-text scores of the first load's score pass (or one named text's);
+  a text moved as the plan's threshold says.
 - `starts`: whether the engine started.
 - `drift`: the arm's drift signature (no drift, or drift and in which scopes: across
   loads, repeats, batch sizes, concurrency, caches).
@@ -13,7 +13,7 @@ compared with the good end's (the first build that gave a value):
   to its longest length.
 - `speed`: a speed metric (or every one the plan measures), at each prompt length and
   level, by the noise rule (a 95 % band of the difference that leaves out zero, and cost
-  loads whose means do not overlap), past a relative change (`SpeedRule.min_change`); a
+  loads whose means do not overlap), past a relative change (`Rule.min_change`); a
   step the rule cannot decide (too few replicates, a busy machine) is a skip, named, not
   guessed.
 """
@@ -37,7 +37,8 @@ from servediff.errors import InputError
 
 Property = Literal["scores", "starts", "drift", "kv", "survival", "speed"]
 PROPERTIES: dict[str, str] = {
-    "scores": "per-text scores (the first load's score pass, against the good end's)",
+    "scores": "per-text scores (the first load's score pass, against the good end's; "
+              "--text: one text)",
     "starts": "whether the engine starts",
     "drift": "the drift signature (across loads, within a load, by batch and concurrency)",
     "kv": "the KV pool the engine reports (the same within 1 %)",
@@ -54,15 +55,17 @@ UNITS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class SpeedRule:
-    """When a speed metric counts as changed: past `min_change` (relative) and by the noise
-    rule; `metric`: the one metric bisected (None: every metric)."""
+class Rule:
+    """What narrows a property: for `scores`, the one text compared (`text`, a corpus tag;
+    None: every text); for `speed`, the one metric (None: every metric) and the relative
+    change it must pass beside the noise rule."""
 
     min_change: float = 0.1
     metric: Metric | None = None
+    text: str | None = None
 
 
-EVERY_METRIC = SpeedRule()
+DEFAULT_RULE = Rule()
 
 
 @dataclass
@@ -84,10 +87,12 @@ class Reading:
         return next(iter(self.summary.costs.values()), None)
 
 
-def first_scores(evidence: Evidence) -> dict[str, TextScore]:
-    """The scores of a step's first load's score pass (none: it gave none)."""
+def first_scores(evidence: Evidence, text: str | None = None) -> dict[str, TextScore]:
+    """The scores of a step's first load's score pass, of every text or of the one named
+    (none: it gave none)."""
     cells = sorted((c for c in evidence.cells if c.probe == "score"), key=lambda c: c.load)
-    return scores_of(cells[0]) if cells else {}
+    scores = scores_of(cells[0]) if cells else {}
+    return scores if text is None else {k: v for k, v in scores.items() if k == text}
 
 
 def started(evidence: Evidence) -> tuple[bool, str]:
@@ -132,7 +137,7 @@ def _where(x: SpeedComparison) -> str:
             f"{(x.relative or 0.0):+.1%}")
 
 
-def speed_verdict(ref: Reading, r: Reading, rule: SpeedRule
+def speed_verdict(ref: Reading, r: Reading, rule: Rule
                   ) -> tuple[Verdict, str, Measure]:
     """The step's speed against the good end's, metric by metric, by the noise rule."""
     ca, cb = ref.costs, r.costs
@@ -161,7 +166,7 @@ def speed_verdict(ref: Reading, r: Reading, rule: SpeedRule
 
 
 def judged(evidence: Evidence, prop: Property, reference: Reading | None, threshold: float,
-           rule: SpeedRule = EVERY_METRIC) -> tuple[Verdict, str, Reading | None, Measure]:
+           rule: Rule = DEFAULT_RULE) -> tuple[Verdict, str, Reading | None, Measure]:
     """A measured build's verdict, why and what it measured, from its bundle, and the good
     end's reading for the builds after it (the first build that gave a value sets it)."""
     up, why = started(evidence)
@@ -169,7 +174,7 @@ def judged(evidence: Evidence, prop: Property, reference: Reading | None, thresh
         return ("good" if up else "bad"), why, reference, Measure(started=up)
     r = Reading(evidence)
     if prop == "scores":
-        return _scores(r, reference, threshold, up, why)
+        return _scores(r, reference, threshold, up, why, rule.text)
     if prop == "speed":
         if r.costs is None or r.costs.speed is None:
             return "skip", f"no speed measured: {why}", reference, Measure(started=up)
@@ -192,16 +197,17 @@ def judged(evidence: Evidence, prop: Property, reference: Reading | None, thresh
                                             else words), reference, measure
 
 
-def _scores(r: Reading, reference: Reading | None, threshold: float, up: bool, why: str
-            ) -> tuple[Verdict, str, Reading | None, Measure]:
-    scores = first_scores(r.evidence)
+def _scores(r: Reading, reference: Reading | None, threshold: float, up: bool, why: str,
+            text: str | None) -> tuple[Verdict, str, Reading | None, Measure]:
+    scores = first_scores(r.evidence, text)
     if not scores:
-        return "skip", f"no scores to compare: {why}", reference, Measure(started=up)
+        said = f"text {text!r} not scored" if text and up else why
+        return "skip", f"no scores to compare: {said}", reference, Measure(started=up)
     if reference is None:  # the good end, measured first
         return ("good", f"the reference: {len(scores)} texts scored", r,
                 Measure(started=up, compared=len(scores), moved=0, max_abs_dnll=0.0,
                         retokenized=0, number=0.0))
-    found = compare(first_scores(reference.evidence), scores, threshold)
+    found = compare(first_scores(reference.evidence, text), scores, threshold)
     measure = Measure(started=up, compared=found.compared, moved=found.moved,
                       max_abs_dnll=found.max_abs_delta, retokenized=len(found.ids_differ),
                       number=float(found.moved + len(found.ids_differ)))
@@ -226,7 +232,7 @@ def rederived(root: Path) -> list[str]:
         evidence = read_evidence(root / step.bundle)
         verdict, why, reference, measure = judged(evidence, prop, reference,
                                                   evidence.plan.thresholds.moved_abs_nll,
-                                                  SpeedRule(found.min_change, found.metric))
+                                                  Rule(found.min_change, found.metric, found.text))
         # a bisection of schema 2 kept no measure: its verdicts are judged again alone
         again[step.build] = Step(build=step.build, verdict=verdict, why=why,
                                  bundle=step.bundle,

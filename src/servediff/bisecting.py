@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from servediff import atomic
-from servediff.bisect_verdicts import EVERY_METRIC, PROPERTIES, Property, Reading, SpeedRule, judged
+from servediff.bisect_verdicts import DEFAULT_RULE, PROPERTIES, Property, Reading, Rule, judged
 from servediff.bisection import BISECT_FILE, Bisection, Step, bisect
 from servediff.bundle import read_evidence
 from servediff.context import Observer
@@ -58,12 +58,16 @@ class Judge:
 
     def __init__(self, path: Path, prop: Property, root: Path, observer: Observer,
                  say: Callable[[str], None] = lambda line: None,
-                 rule: SpeedRule = EVERY_METRIC) -> None:
+                 rule: Rule = DEFAULT_RULE) -> None:
         self.path, self.prop, self.root, self.observer = path, prop, root, observer
         self.rule = rule
         self.say = say
         self.raw = read_plan_file(path)
-        self.plan, _ = resolve_plan(self.raw, str(path), path.parent)
+        self.plan, corpus = resolve_plan(self.raw, str(path), path.parent)
+        tags = [t.tag for t in corpus.texts]
+        if rule.text is not None and rule.text not in tags:
+            raise InputError(f"--text {rule.text}: not a text of {path}'s corpus (its tags: "
+                             f"{', '.join(tags[:12])}{' ...' if len(tags) > 12 else ''})")
         source = registry.create(self.plan.engine).builds()
         if source is None:
             raise InputError(f"{path}: engine {self.plan.engine!r} names no builds to bisect "
@@ -94,7 +98,7 @@ class Judge:
 
 def run_bisection(path: Path, good: str, bad: str, prop: Property, root: Path,
                   observer: Observer, say: Callable[[str], None],
-                  rule: SpeedRule = EVERY_METRIC) -> Bisection:
+                  rule: Rule = DEFAULT_RULE) -> Bisection:
     """Bisect the builds from `good` to `bad` of the plan's engine; the answer is written
     to `<root>/bisect.json` after every step."""
     judge = Judge(path, prop, root, observer, say, rule)
@@ -117,7 +121,7 @@ def run_bisection(path: Path, good: str, bad: str, prop: Property, root: Path,
                                                   "outcome": "running"})
 
     found = bisect(builds, prop, judge, progress).model_copy(
-        update={"min_change": rule.min_change, "metric": rule.metric})
+        update={"min_change": rule.min_change, "metric": rule.metric, "text": rule.text})
     if found.outcome == "found" and found.last_good and found.first_bad:
         found = with_changes(found, judge.source, root, say)
     atomic.write_json(root / BISECT_FILE, found.model_dump(mode="json"))

@@ -85,6 +85,8 @@ class Bisection(BaseModel):
     # metric bisected (None: every one)
     min_change: float = 0.1
     metric: Literal["decode_tok_s", "prefill_tok_s", "ttft_s"] | None = None
+    # property `scores`: the one text compared (a corpus tag; None: every text)
+    text: str | None = None
 
 
 def bisect(builds: Sequence[str], prop: str, judge: Callable[[str], Step],

@@ -304,3 +304,18 @@ def test_the_first_build_that_dies_sooner_or_is_slower_is_found(
     with pytest.raises(SystemExit) as ended:
         main(["rederive", str(tmp_path / "speed")])
     assert ended.value.code in (0, None)
+
+
+def test_a_named_text_is_bisected_alone_and_an_unknown_one_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    monkeypatch.setitem(registry.ENGINES, "toy", toy.ENTRY)
+    monkeypatch.setenv("TOY_FLIP", "3")
+    plan = toy_plan(tmp_path)
+    assert bisect(plan, tmp_path / "one", "--text", "json-event") == 0
+    found = json.loads((tmp_path / "one" / "bisect.json").read_text())
+    assert (found["first_bad"], found["text"]) == ("3", "json-event")
+    steps = {s["build"]: s for s in found["steps"]}
+    assert steps["3"]["why"].startswith("1 of 1 texts moved") and \
+        steps["1"]["measure"]["compared"] == 1
+    assert bisect(plan, tmp_path / "none", "--text", "no-such-text") == 2
+    assert "--text no-such-text: not a text of" in capsys.readouterr().err

@@ -9,7 +9,7 @@ from typing import get_args
 import click
 
 from servediff.analysis.findings import Metric
-from servediff.bisect_verdicts import PROPERTIES, Property, SpeedRule
+from servediff.bisect_verdicts import PROPERTIES, Property, Rule
 from servediff.bisecting import run_bisection
 from servediff.cli.console import err, out
 from servediff.cli.progress import RichObserver
@@ -29,11 +29,13 @@ from servediff.sourcediff import changes_text
               help="speed: the relative change a metric must pass, beyond the noise rule")
 @click.option("--metric", type=click.Choice(list(get_args(Metric))),
               help="speed: the one metric to bisect on (default: every one)")
+@click.option("--text", "text", metavar="TAG",
+              help="scores: the one text to compare (a tag of the plan's corpus)")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               help="where each step's bundle and bisect.json go (default runs/bisect-<time>); "
                    "an existing one resumes")
 def bisect(plan: Path, good: str, bad: str, prop: Property, min_change: float,
-           metric: Metric | None, out_dir: Path | None) -> None:
+           metric: Metric | None, text: str | None, out_dir: Path | None) -> None:
     """Measure builds of PLAN's engine between GOOD and BAD as its first arm, and find the
     first whose property differs from GOOD's. Exit 0: found; 1: the ends do not flip."""
     root = out_dir or Path("runs") / f"bisect-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -42,7 +44,7 @@ def bisect(plan: Path, good: str, bad: str, prop: Property, min_change: float,
         with RichObserver() as observer:
             found = run_bisection(plan, good, bad, prop, root, observer,
                                   lambda line: err.print(line, markup=False, highlight=False),
-                                  SpeedRule(min_change, metric))
+                                  Rule(min_change, metric, text))
     except KeyboardInterrupt:
         err.print(f"interrupted: each measured step is kept in {root}; run the same command "
                   "to resume", markup=False, highlight=False)
