@@ -35,6 +35,8 @@ from servediff.plan import Plan, read_plan_file, resolve_plan
 from servediff.runner import Runner
 from servediff.sourcediff import changes_text, compare_trees
 
+# the probe a property is read from, where one is (the plan must keep it on)
+NEEDS = {"speed": "speed", "survival": "sweep"}
 # what a step's plan keeps of the user's plan: everything but how arms are made
 ARM_TABLES = ("arms", "factors", "design", "comparisons", "ship", "confirmation",
               "cost_loads")
@@ -64,6 +66,13 @@ class Judge:
         self.say = say
         self.raw = read_plan_file(path)
         self.plan, corpus = resolve_plan(self.raw, str(path), path.parent)
+        if prop in NEEDS and NEEDS[prop] not in self.plan.probes.cost_probes():
+            raise InputError(f"--property {prop}: {path} switches [probes.{NEEDS[prop]}] off, "
+                             "and nothing else measures it")
+        if prop == "speed" and self.plan.cost_loads_per_arm < 2:
+            raise InputError(f"--property speed: the noise rule needs two cost loads a build "
+                             f"at least; {path} has cost_loads_per_arm = "
+                             f"{self.plan.cost_loads_per_arm}")
         tags = [t.tag for t in corpus.texts]
         if rule.text is not None and rule.text not in tags:
             raise InputError(f"--text {rule.text}: not a text of {path}'s corpus (its tags: "

@@ -319,3 +319,17 @@ def test_a_named_text_is_bisected_alone_and_an_unknown_one_refused(
         steps["1"]["measure"]["compared"] == 1
     assert bisect(plan, tmp_path / "none", "--text", "no-such-text") == 2
     assert "--text no-such-text: not a text of" in capsys.readouterr().err
+
+
+def test_speed_or_survival_on_a_plan_that_cannot_measure_them_is_refused_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    monkeypatch.setitem(registry.ENGINES, "toy", toy.ENTRY)
+    plan = toy_plan(tmp_path)  # speed and sweep off
+    assert bisect(plan, tmp_path / "a", "--property", "survival") == 2
+    assert "switches [probes.sweep] off" in capsys.readouterr().err
+    one = tmp_path / "one.toml"
+    one.write_text(plan.read_text().replace("[probes.speed]\nenabled = false\n", "")
+                   .replace("loads_per_arm = 1\n", "loads_per_arm = 1\ncost_loads_per_arm = 1\n"))
+    assert bisect(one, tmp_path / "b", "--property", "speed") == 2
+    assert "the noise rule needs two cost loads a build at least" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b" / "steps").exists()
