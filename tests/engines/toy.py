@@ -33,8 +33,8 @@ class ToyBuilds:
     TOY_KV_FLIP on, its KV pool is half as large (4,096 tokens, not 8,192); from build
     TOY_JITTER_FLIP on, each start adds its own offset (drift across loads); from build
     TOY_DIES_FLIP on, a prompt over 1,500 tokens kills it; from build TOY_SLOW_FLIP on, each
-    request waits 0.2 s more; the builds in TOY_BROKEN (comma-separated) fail to build;
-    TOY_SLOW: seconds each request waits in every build."""
+    completion request waits 0.2 s more; the builds in TOY_BROKEN (comma-separated) fail
+    to build; TOY_SLOW: seconds each request waits in every build."""
 
     aside: tuple[str, ...] = ()
 
@@ -63,8 +63,8 @@ class ToyBuilds:
             return int(build) >= int(os.environ.get(flip, "100"))
 
         return [*ToyAdapter.default_command, "--build", build, "--offset", self._offset(build),
-                "--slow", str(float(os.environ.get("TOY_SLOW", "0"))
-                              + (0.2 if since("TOY_SLOW_FLIP") else 0.0)),
+                "--slow", os.environ.get("TOY_SLOW", "0"),
+                "--slow-completion", "0.2" if since("TOY_SLOW_FLIP") else "0",
                 *(["--dies-above", "1500"] if since("TOY_DIES_FLIP") else []),
                 "--kv", "4096" if since("TOY_KV_FLIP") else "8192",
                 *(["--jitter"] if since("TOY_JITTER_FLIP") else [])]
@@ -104,6 +104,8 @@ def main() -> None:
     parser.add_argument("--offset", type=float, default=0.0)
     # seconds each POST waits before its answer (a slow engine, to interrupt mid-cell)
     parser.add_argument("--slow", type=float, default=0.0)
+    # seconds each completion request waits on top (a slower build's kernels)
+    parser.add_argument("--slow-completion", type=float, default=0.0)
     # the KV pool /version reports (tokens; 0: none)
     parser.add_argument("--kv", type=int, default=0)
     # each start adds an offset of its own to every logprob (drift across loads)
@@ -149,6 +151,8 @@ def main() -> None:
             time.sleep(args.slow)
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             prompt = body.get("prompt") or [[]]
+            if self.path == "/v1/completions":
+                time.sleep(args.slow_completion)
             if (args.dies_above and self.path == "/v1/completions"
                     and max(map(len, prompt if isinstance(prompt[0], list) else [prompt]))
                     > args.dies_above):

@@ -38,9 +38,10 @@ def toy_plan(tmp_path: Path) -> Path:
     return path
 
 
-def bisect(plan: Path, out: Path, *extra: str) -> int:
+def bisect(plan: Path, out: Path, *extra: str, ends: tuple[int, int] = (1, 9)) -> int:
     with pytest.raises(SystemExit) as ended:
-        main(["bisect", str(plan), "--good", "1", "--bad", "9", "--out", str(out), *extra])
+        main(["bisect", str(plan), "--good", str(ends[0]), "--bad", str(ends[1]), "--out",
+              str(out), *extra])
     return int(ended.value.code or 0)
 
 
@@ -246,20 +247,21 @@ def test_the_first_build_whose_kv_pool_or_drift_differs_is_found(
     monkeypatch.setenv("TOY_KV_FLIP", "4")
     monkeypatch.setenv("TOY_JITTER_FLIP", "7")
     plan = toy_plan(tmp_path)
-    assert bisect(plan, tmp_path / "kv", "--property", "kv") == 0
+    # a short range each: three builds, the flip inside
+    assert bisect(plan, tmp_path / "kv", "--property", "kv", ends=(2, 5)) == 0
     kv = json.loads((tmp_path / "kv" / "bisect.json").read_text())
     assert (kv["last_good"], kv["first_bad"]) == ("3", "4")
     steps = {s["build"]: s for s in kv["steps"]}
-    assert steps["4"]["measure"]["number"] == 4096 and steps["1"]["measure"]["number"] == 8192
+    assert steps["4"]["measure"]["number"] == 4096 and steps["2"]["measure"]["number"] == 8192
     assert "a KV pool of 4,096 tokens, vs a KV pool of 8,192 tokens" in steps["4"]["why"]
     assert "| 4 | " in (tmp_path / "kv" / "bisect.md").read_text()
     two = tmp_path / "two.toml"
     two.write_text(plan.read_text().replace("loads_per_arm = 1", "loads_per_arm = 2"))
-    assert bisect(two, tmp_path / "drift", "--property", "drift") == 0
+    assert bisect(two, tmp_path / "drift", "--property", "drift", ends=(5, 8)) == 0
     drift = json.loads((tmp_path / "drift" / "bisect.json").read_text())
     assert (drift["last_good"], drift["first_bad"]) == ("6", "7")
     steps = {s["build"]: s for s in drift["steps"]}
-    assert steps["1"]["measure"]["value"] == "no drift"
+    assert steps["5"]["measure"]["value"] == "no drift"
     assert steps["7"]["measure"]["value"] == "drift: loads"
     # each re-derives from its steps' bundles
     for out in ("kv", "drift"):
@@ -281,11 +283,11 @@ def test_the_first_build_that_dies_sooner_or_is_slower_is_found(
     sweep.write_text(base.replace("[probes.sweep]\nenabled = false\n", "")
                      + "[probes.sweep]\nlevels = [1]\nresolution = 256\n"
                      "[quiet]\ngate_cost = false\nmax_foreign_cpu = 64.0\n")
-    assert bisect(sweep, tmp_path / "survival", "--property", "survival") == 0
+    assert bisect(sweep, tmp_path / "survival", "--property", "survival", ends=(3, 6)) == 0
     found = json.loads((tmp_path / "survival" / "bisect.json").read_text())
     assert (found["last_good"], found["first_bad"]) == ("4", "5")
     steps = {s["build"]: s for s in found["steps"]}
-    assert steps["1"]["measure"]["value"] == "single prompts hold every length to 4,095"
+    assert steps["3"]["measure"]["value"] == "single prompts hold every length to 4,095"
     assert steps["5"]["measure"]["value"].startswith("single prompts survive 1,") and \
         "; death from 1," in steps["5"]["measure"]["value"]
     speed = tmp_path / "speed.toml"
@@ -295,7 +297,7 @@ def test_the_first_build_that_dies_sooner_or_is_slower_is_found(
     # 0.2 s on top of a toy request of milliseconds: far past 5x, whatever else the
     # machine does
     assert bisect(speed, tmp_path / "speed", "--property", "speed", "--metric", "ttft_s",
-                  "--min-change", "5") == 0
+                  "--min-change", "5", ends=(1, 4)) == 0
     found = json.loads((tmp_path / "speed" / "bisect.json").read_text())
     assert (found["last_good"], found["first_bad"], found["min_change"]) == ("2", "3", 5.0)
     steps = {s["build"]: s for s in found["steps"]}
@@ -311,12 +313,12 @@ def test_a_named_text_is_bisected_alone_and_an_unknown_one_refused(
     monkeypatch.setitem(registry.ENGINES, "toy", toy.ENTRY)
     monkeypatch.setenv("TOY_FLIP", "3")
     plan = toy_plan(tmp_path)
-    assert bisect(plan, tmp_path / "one", "--text", "json-event") == 0
+    assert bisect(plan, tmp_path / "one", "--text", "json-event", ends=(2, 4)) == 0
     found = json.loads((tmp_path / "one" / "bisect.json").read_text())
     assert (found["first_bad"], found["text"]) == ("3", "json-event")
     steps = {s["build"]: s for s in found["steps"]}
     assert steps["3"]["why"].startswith("1 of 1 texts moved") and \
-        steps["1"]["measure"]["compared"] == 1
+        steps["2"]["measure"]["compared"] == 1
     assert bisect(plan, tmp_path / "none", "--text", "no-such-text") == 2
     assert "--text no-such-text: not a text of" in capsys.readouterr().err
 
