@@ -11,8 +11,10 @@ what changed between the last good build and the first bad one.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 import httpx
 
@@ -53,3 +55,20 @@ def registry_releases(package: str) -> list[str]:
     except (httpx.HTTPError, ValueError, KeyError) as exc:
         raise ServediffError(f"cannot list {package}'s releases from {url}: {exc}") from None
     return [str(version) for version in releases]
+
+
+def downloaded(build: str, requirement: str, kind: Literal["source", "wheel"], into: Path,
+               timeout: float) -> Path:
+    """`requirement` (one package, no dependencies) downloaded by pip into `into`, as its
+    source package or its wheel; raises BuildFailed with pip's last words."""
+    name = requirement.split("==")[0]
+    form = ["--no-binary", name] if kind == "source" else ["--only-binary", ":all:"]
+    got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", *form,
+                          "-d", str(into), requirement],
+                         capture_output=True, text=True, timeout=timeout, check=False)
+    files = sorted(into.glob("*.tar.gz" if kind == "source" else "*.whl"))
+    if got.returncode != 0 or not files:
+        said = (got.stderr.strip().splitlines()
+                or ["no source package" if kind == "source" else "no wheel"])[-1]
+        raise BuildFailed(f"build {build}: its {kind} could not be had: {said}")
+    return files[0]

