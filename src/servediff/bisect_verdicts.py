@@ -70,13 +70,15 @@ DEFAULT_RULE = Rule()
 
 @dataclass
 class Reading:
-    """One step's bundle, and its analysis when a property needs it (made once)."""
+    """One step's bundle, and its analysis when a property needs it: the one the step's
+    run derived, else made here once."""
 
     evidence: Evidence
+    derived: Summary | None = None
 
     @cached_property
     def summary(self) -> Summary:
-        return summarize(self.evidence)
+        return self.derived or summarize(self.evidence)
 
     @property
     def drift(self) -> ArmDrift | None:
@@ -166,13 +168,15 @@ def speed_verdict(ref: Reading, r: Reading, rule: Rule
 
 
 def judged(evidence: Evidence, prop: Property, reference: Reading | None, threshold: float,
-           rule: Rule = DEFAULT_RULE) -> tuple[Verdict, str, Reading | None, Measure]:
-    """A measured build's verdict, why and what it measured, from its bundle, and the good
-    end's reading for the builds after it (the first build that gave a value sets it)."""
+           rule: Rule = DEFAULT_RULE, derived: Summary | None = None
+           ) -> tuple[Verdict, str, Reading | None, Measure]:
+    """A measured build's verdict, why and what it measured, from its bundle (and its
+    summary, where the step's run just derived it), and the good end's reading for the
+    builds after it (the first build that gave a value sets it)."""
     up, why = started(evidence)
     if prop == "starts":
         return ("good" if up else "bad"), why, reference, Measure(started=up)
-    r = Reading(evidence)
+    r = Reading(evidence, derived)
     if prop == "scores":
         return _scores(r, reference, threshold, up, why, rule.text)
     if prop == "speed":

@@ -96,12 +96,12 @@ class Judge:
                                  self.path.parent)
         root = self.root / "steps" / build
         Runner(plan, corpus, root, self.path.parent, self.observer).run()
-        write_derived(root)
+        summary = write_derived(root)
         bundle = str(root.relative_to(self.root))
-        evidence = read_evidence(root)  # once: both properties read the same bundle
+        evidence = read_evidence(root)
         verdict, why, self.reference, measure = judged(
             evidence, self.prop, self.reference, self.plan.thresholds.moved_abs_nll,
-            self.rule)
+            self.rule, summary)
         return Step(build=build, verdict=verdict, why=why, bundle=bundle, measure=measure)
 
 
