@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 
 from servediff.bisect_verdicts import UNITS
 from servediff.bisection import Bisection, Step
-from servediff.report.html import CSP, STYLE, markdown_to_html
+from servediff.report.html import markdown_to_html, page
 from servediff.report.plots import IDENTICAL, NOT_MEASURED, svg
 from servediff.sourcediff import changes_text
 
@@ -40,9 +40,14 @@ def _dnll(step: Step) -> str:
     return "-" if m is None or m.max_abs_dnll is None else f"{m.max_abs_dnll:.3g}"
 
 
+def in_build_order(found: Bisection) -> list[tuple[int, Step]]:
+    """Each step with its number (1: measured first), in the order of the builds."""
+    order = {b: i for i, b in enumerate(found.builds)}
+    return sorted(enumerate(found.steps, 1), key=lambda x: order[x[1].build])
+
+
 def bisect_markdown(found: Bisection) -> str:
     """bisect.md: the answer, the steps in build order, what changed at the flip."""
-    order = {b: i for i, b in enumerate(found.builds)}
     lines = [f"# Bisection of {len(found.builds)} builds on {found.property}", "",
              found.why + ".", "",
              f"{len(found.steps)} of {len(found.builds)} builds measured, from "
@@ -51,7 +56,7 @@ def bisect_markdown(found: Bisection) -> str:
              "## Steps, in build order", "",
              "| build | step | verdict | measured | max abs dNLL | why | bundle |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    for n, step in sorted(enumerate(found.steps, 1), key=lambda x: order[x[1].build]):
+    for n, step in in_build_order(found):
         lines.append(f"| {step.build} | {n} | {step.verdict} | {_cell(_measured(step))} | "
                      f"{_dnll(step)} | {_cell(step.why)} | {step.bundle or '-'} |")
     lines += ["", "## What changed at the flip", ""]
@@ -94,9 +99,7 @@ def bisect_plot(found: Bisection) -> str | None:
     by verdict: texts moved against the good end (labelled with the largest |dNLL|),
     whether the engine started, drift scopes, KV tokens, the longest single prompt held,
     or the largest speed change; a dashed line between the last good and first bad."""
-    order = {b: i for i, b in enumerate(found.builds)}
-    steps = sorted((s for s in found.steps if s.measure is not None),
-                   key=lambda s: order[s.build])
+    steps = [s for _, s in in_build_order(found) if s.measure is not None]
     if not steps:
         return None
     fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(steps) + 1.5), 3.0))
@@ -136,8 +139,4 @@ def bisect_html(found: Bisection, markdown: str) -> str:
                  if found.property == "scores" else "") + "</figcaption>"
               + (plot or '<p class="missing">no step measured anything</p>') + "</figure>")
     head, sep, rest = body.partition("## Steps")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
-            f"<h1>{html.escape(title)}</h1>" + markdown_to_html(head) + figure
-            + markdown_to_html(sep + rest) + "</body></html>\n")
+    return page(title, markdown_to_html(head) + figure + markdown_to_html(sep + rest))

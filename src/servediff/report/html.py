@@ -93,11 +93,14 @@ def render_html(summary: Summary, markdown: str, title: str) -> str:
     def render(tokens: list[Token]) -> str:
         out: str = MARKDOWN.renderer.render(tokens, MARKDOWN.options, {})
         return out
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>" + render(head)
-        + "<h2>Plots</h2>" + "\n".join(figures) + "\n"
-        + render(rest) + "</body></html>\n"
-    )
+    return page(title, render(head) + "<h2>Plots</h2>" + "\n".join(figures) + "\n"
+                + render(rest))
+
+
+def page(title: str, body: str) -> str:
+    """A whole HTML page: the report's style, its Content-Security-Policy (nothing loaded
+    from elsewhere), `title` as its title and first heading, then `body`."""
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
+            f"<h1>{html.escape(title)}</h1>" + body + "</body></html>\n")
